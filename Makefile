@@ -1,0 +1,24 @@
+# Two commands, each does its own setup on a machine that has only Python 3.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-test
+
+.PHONY: demo test clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/tra-dask run matmul --shape general --scale 0.05
+
+test: $(STAMP)
+	$(PY) -m pytest tra_dask tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,34 @@
+"""tra_dask: the tensor relational algebra (Yuan et al., PVLDB 2021) on Dask.
+
+Public API only; see README.md for the tour.
+"""
+
+from . import keys, kernels, programs
+from .kernels import Kernel, kernel
+from .keys import k, k0, k1, k2, k3
+from .logical import (
+    Relation,
+    aggregate,
+    concat,
+    evaluate,
+    filter,
+    from_chunks,
+    from_function,
+    from_numpy,
+    join,
+    rekey,
+    tile,
+    to_numpy,
+    transform,
+)
+from .types import ArrayType, RelationType
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Relation", "Kernel", "kernel", "ArrayType", "RelationType",
+    "from_numpy", "from_chunks", "from_function",
+    "aggregate", "join", "rekey", "filter", "transform", "tile", "concat",
+    "evaluate", "to_numpy",
+    "keys", "kernels", "programs", "k", "k0", "k1", "k2", "k3",
+]

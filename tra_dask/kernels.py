@@ -1,0 +1,456 @@
+"""Kernels: the functions TRA operators run on whole chunks.
+
+A :class:`Kernel` is more than a function.  It knows, from its inputs' chunk types
+alone, the output chunk shape and dtype (so every relation's type is exact without
+touching data), its flop count (for the cost model), and the algebraic facts the
+optimizer's side conditions need: associative, commutative, an identity element, and
+which binary kernels a unary kernel distributes over (R1-4, R1-7).
+
+Kernels call the chunk's own array module (:func:`array_module`): cupy chunks stay
+cupy, numpy chunks stay numpy.  This is the only module that knows about cupy.
+
+A kernel spec is a registered name (``"matmul"``), a :class:`Kernel`, or a plain
+callable.  User kernels are declared with :func:`kernel`:
+
+>>> @kernel(name="double", shape="same", flops="elementwise")
+... def double(x):
+...     return 2 * x
+>>> get_kernel("double").out_type(ArrayType((2, 3), np.dtype("float64")))
+ArrayType((2, 3), float64)
+>>> get_kernel("matmul").flops((2, 3), (3, 4))
+48
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .types import ArrayType, Shape
+
+__all__ = [
+    "Kernel", "KernelTypeError", "kernel", "register", "get_kernel", "as_kernel",
+    "registered_kernels", "array_module", "scale",
+]
+
+
+class KernelTypeError(ValueError):
+    """A kernel cannot take chunks of these shapes or dtypes."""
+
+
+def array_module(*arrays):
+    """numpy, or cupy when any argument is a cupy array (imported only then)."""
+    for a in arrays:
+        if type(a).__module__.split(".")[0] == "cupy":
+            import cupy
+
+            return cupy
+    return np
+
+
+# ---------------------------------------------------------------------------
+# shape and flop rules
+
+
+def _same(*shapes: Shape) -> Shape:
+    if len(set(shapes)) != 1:
+        raise KernelTypeError(f"needs chunks of equal shape, got {' and '.join(map(str, shapes))}")
+    return shapes[0]
+
+
+def _broadcast(*shapes: Shape) -> Shape:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise KernelTypeError(
+            f"chunk shapes {' and '.join(map(str, shapes))} do not broadcast together"
+        ) from None
+
+
+def _matmul_shape(a: Shape, b: Shape, ta: bool = False, tb: bool = False) -> Shape:
+    if len(a) != 2 or len(b) != 2:
+        raise KernelTypeError(f"needs 2-d chunks, got shapes {a} and {b}")
+    (m, ka) = a[::-1] if ta else a
+    (kb, n) = b[::-1] if tb else b
+    if ka != kb:
+        name = {(False, False): "A @ B", (True, False): "A.T @ B", (False, True): "A @ B.T"}[(ta, tb)]
+        raise KernelTypeError(
+            f"inner dims differ: {name} of {a} and {b} needs {ka} == {kb}"
+        )
+    return (m, n)
+
+
+def _row_reduce_shape(a: Shape) -> Shape:
+    if len(a) != 2:
+        raise KernelTypeError(f"needs 2-d chunks, got shape {a}")
+    return (a[0], 1)
+
+
+def _elementwise_flops(*shapes: Shape) -> int:
+    return math.prod(_broadcast(*shapes))
+
+
+_SHAPE_RULES = {"same": _same, "broadcast": _broadcast}
+_FLOP_RULES = {"elementwise": _elementwise_flops, "none": lambda *s: 0}
+
+
+def _promote(*dtypes) -> np.dtype:
+    return np.result_type(*dtypes)
+
+
+def _promote_float(*dtypes) -> np.dtype:
+    return np.result_type(*dtypes, np.float16)
+
+
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Kernel:
+    """A chunk function with its type rule, flop count and algebraic facts.
+
+    Parameters
+    ----------
+    name : str
+        Identity of the kernel: two kernels compare equal iff their names and
+        ``params`` are equal (never by function identity).
+    fn : callable
+        ``fn(*chunks) -> chunk``; should use :func:`array_module` for array calls.
+    arity : int
+        1 (transform) or 2 (join, aggregate).
+    shape : callable or None
+        ``shape(*in_shapes) -> out_shape``; raises :class:`KernelTypeError` when the
+        shapes do not fit.  None when ``probe`` learns the type by a dry run.
+    dtype : callable
+        ``dtype(*in_dtypes) -> out_dtype``.
+    flops : callable
+        ``flops(*in_shapes) -> int``.
+    associative, commutative : bool
+        Algebraic facts for aggregations (pre-aggregation, tree folds).
+    identity : float or None
+        ``op(identity, x) == x`` for every x.
+    distributes_over : frozenset of str
+        Names of binary kernels ``g`` with ``self(g(a, b)) == g(self(a), self(b))``.
+    params : tuple
+        Parameters of a parametrised kernel (e.g. ``scale(0.1)``), part of identity.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    arity: int
+    shape: Callable[..., Shape]
+    dtype: Callable[..., Any] = _promote
+    flops: Callable[..., int] = _elementwise_flops
+    associative: bool = False
+    commutative: bool = False
+    identity: float | None = None
+    distributes_over: frozenset = field(default_factory=frozenset)
+    params: tuple = ()
+    opaque: bool = False
+    probe: Callable | None = None  # (shapes, dtypes) -> (shape, dtype), when no rule is declared
+
+    def __post_init__(self):
+        if self.arity not in (1, 2):
+            raise ValueError(f"kernel {self.name!r}: arity must be 1 or 2, got {self.arity}")
+        object.__setattr__(self, "distributes_over", frozenset(self.distributes_over))
+
+    @property
+    def token(self):
+        return ("kernel", self.name, self.params, self.fn if self.opaque else None)
+
+    def __eq__(self, other):
+        return isinstance(other, Kernel) and self.token == other.token
+
+    def __hash__(self):
+        return hash(self.token)
+
+    def __call__(self, *chunks):
+        return self.fn(*chunks)
+
+    def out_type(self, *inputs: ArrayType) -> ArrayType:
+        """Output chunk type for input chunk types; :class:`KernelTypeError` if they
+        do not fit."""
+        if len(inputs) != self.arity:
+            raise KernelTypeError(f"kernel {self!r} takes {self.arity} chunk(s), got {len(inputs)}")
+        try:
+            if self.probe is not None:
+                shape, dtype = self.probe([t.shape for t in inputs], [t.dtype for t in inputs])
+            else:
+                shape = self.shape(*(t.shape for t in inputs))
+                dtype = self.dtype(*(t.dtype for t in inputs))
+            shape, dtype = tuple(int(v) for v in shape), np.dtype(dtype)
+        except KernelTypeError as e:
+            raise KernelTypeError(f"kernel {self!r}: {e}") from None
+        return ArrayType(shape, dtype)
+
+    def distributes(self, binary: "Kernel") -> bool:
+        return binary.name in self.distributes_over and not binary.params
+
+    def __repr__(self):
+        if self.params:
+            return f"{self.name}({', '.join(map(repr, self.params))})"
+        return repr(self.name) if not self.opaque else f"<kernel {self.name}>"
+
+
+_REGISTRY: dict[str, Kernel] = {}
+
+
+def register(k: Kernel, *, replace: bool = False) -> Kernel:
+    """Add ``k`` to the registry under ``k.name``."""
+    if k.name in _REGISTRY and not replace and _REGISTRY[k.name].fn is not k.fn:
+        raise ValueError(
+            f"a kernel named {k.name!r} is already registered; pick another name or pass replace=True"
+        )
+    _REGISTRY[k.name] = k
+    return k
+
+
+def registered_kernels() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get_kernel(name: str) -> Kernel:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, _REGISTRY, n=3)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise ValueError(
+            f"unknown kernel {name!r}{hint} Registered kernels: {', '.join(registered_kernels())}"
+        ) from None
+
+
+def _probe_rule(fn: Callable):
+    """Type rule for a kernel that declared none: run it once per distinct input
+    type on zero-filled chunks and read the result's shape and dtype (memoised;
+    ``np.zeros`` pages lazily, so keys-only planning stays cheap)."""
+    cache: dict = {}
+
+    def infer(shapes, dtypes):
+        key = (tuple(shapes), tuple(np.dtype(d).str for d in dtypes))
+        if key not in cache:
+            args = [np.zeros(s, dtype=d) for s, d in zip(shapes, dtypes)]
+            try:
+                with np.errstate(all="ignore"):
+                    out = np.asarray(fn(*args))
+            except Exception as e:  # the kernel rejected these shapes
+                raise KernelTypeError(
+                    f"fails on chunks of shapes {' and '.join(map(str, shapes))}: "
+                    f"{type(e).__name__}: {e}"
+                ) from None
+            cache[key] = (out.shape, out.dtype)
+        return cache[key]
+
+    return infer
+
+
+def kernel(
+    fn: Callable | None = None,
+    *,
+    name: str | None = None,
+    arity: int | None = None,
+    shape: str | Callable | None = None,
+    dtype: Callable | None = None,
+    flops: str | Callable = "elementwise",
+    associative: bool = False,
+    commutative: bool = False,
+    identity: float | None = None,
+    distributes_over: Sequence[str] = (),
+    register_as: bool = True,
+):
+    """Declare a user kernel (decorator).
+
+    ``shape`` is ``"same"`` (equal input shapes, output alike), ``"broadcast"``
+    (numpy broadcasting), a callable ``(*in_shapes) -> out_shape``, or None: the
+    kernel is then run once per distinct input type on zero-filled chunks to learn
+    its output type.  ``flops`` is ``"elementwise"``, ``"none"`` or a callable.
+    The kernel is registered under ``name`` (default: the function's name).
+    """
+
+    def wrap(f: Callable) -> Kernel:
+        n = name or f.__name__
+        a = arity if arity is not None else _count_args(f)
+        s = _SHAPE_RULES[shape] if isinstance(shape, str) else shape
+        fl = _FLOP_RULES[flops] if isinstance(flops, str) else flops
+        k = Kernel(n, f, a, s, dtype or _promote, fl, associative, commutative, identity,
+                   frozenset(distributes_over), probe=_probe_rule(f) if shape is None else None)
+        return register(k) if register_as else k
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def _count_args(f: Callable) -> int:
+    import inspect
+
+    try:
+        params = [
+            p for p in inspect.signature(f).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        ]
+    except (TypeError, ValueError):
+        return 1
+    return max(1, min(2, len(params)))
+
+
+def as_kernel(spec, arity: int, *, where: str) -> Kernel:
+    """A :class:`Kernel` of ``arity`` from a registered name, a Kernel, or a plain
+    callable (opaque: no algebraic facts, output type learned by a dry run)."""
+    if isinstance(spec, str):
+        try:
+            k = get_kernel(spec)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+    elif isinstance(spec, Kernel):
+        k = spec
+    elif callable(spec):
+        qual = getattr(spec, "__qualname__", type(spec).__name__)
+        # flops unknown: count one per element of the first input as a floor
+        k = Kernel(qual, spec, arity, shape=None, flops=lambda *sh: math.prod(sh[0]),
+                   opaque=True, probe=_probe_rule(spec))
+    else:
+        raise TypeError(f"{where}: a kernel is a registered name, a td.Kernel or a callable, got {spec!r}")
+    if k.arity != arity:
+        raise ValueError(
+            f"{where}: kernel {k!r} takes {k.arity} chunk(s) but this operator needs a "
+            f"{'unary' if arity == 1 else 'binary'} kernel"
+        )
+    return k
+
+
+# ---------------------------------------------------------------------------
+# built-in kernels
+
+
+def _binary_elementwise(name, op, **facts):
+    return register(Kernel(name, op, 2, _broadcast, **facts))
+
+
+def _add(a, b): return array_module(a, b).add(a, b)
+def _sub(a, b): return array_module(a, b).subtract(a, b)
+def _mul(a, b): return array_module(a, b).multiply(a, b)
+def _div(a, b): return array_module(a, b).true_divide(a, b)
+def _min(a, b): return array_module(a, b).minimum(a, b)
+def _max(a, b): return array_module(a, b).maximum(a, b)
+
+
+_binary_elementwise("add", _add, associative=True, commutative=True, identity=0.0)
+_binary_elementwise("sub", _sub)
+_binary_elementwise("mul", _mul, associative=True, commutative=True, identity=1.0)
+_binary_elementwise("div", _div, dtype=_promote_float)
+_binary_elementwise("min", _min, associative=True, commutative=True, identity=float("inf"))
+_binary_elementwise("max", _max, associative=True, commutative=True, identity=float("-inf"))
+
+
+def _matmul(a, b): return array_module(a, b).matmul(a, b)
+def _matmul_tn(a, b): return array_module(a, b).matmul(a.T, b)
+def _matmul_nt(a, b): return array_module(a, b).matmul(a, b.T)
+
+
+register(Kernel("matmul", _matmul, 2, _matmul_shape, associative=True,
+                flops=lambda a, b: 2 * a[0] * a[1] * b[1]))
+register(Kernel("matmul_tn", _matmul_tn, 2, lambda a, b: _matmul_shape(a, b, ta=True),
+                flops=lambda a, b: 2 * a[0] * a[1] * b[1]))
+register(Kernel("matmul_nt", _matmul_nt, 2, lambda a, b: _matmul_shape(a, b, tb=True),
+                flops=lambda a, b: 2 * a[0] * a[1] * b[0]))
+
+
+def _relu_grad(g, z):
+    """Backward of ReLU: upstream gradient where the pre-activation was positive."""
+    return g * (z > 0)
+
+
+register(Kernel("relu_grad", _relu_grad, 2, _same))
+
+
+def _argmin_with_index(values, index):
+    """``[min value, its index]`` from a chunk of values and the matching chunk of
+    global indices (nearest neighbour, paper §6.2)."""
+    xp = array_module(values, index)
+    v = values.reshape(-1)
+    i = int(xp.argmin(v))
+    return xp.stack([v[i], index.reshape(-1)[i].astype(v.dtype)])
+
+
+def _argmin_shape(v: Shape, i: Shape) -> Shape:
+    if math.prod(v) != math.prod(i):
+        raise KernelTypeError(f"values {v} and indices {i} differ in size")
+    return (2,)
+
+
+register(Kernel("argmin_with_index", _argmin_with_index, 2, _argmin_shape, flops=lambda v, i: math.prod(v)))
+
+
+def _min_pair(a, b):
+    """The smaller of two ``[value, index]`` pairs (ties: the smaller index)."""
+    xp = array_module(a, b)
+    take_a = (a[0] < b[0]) | ((a[0] == b[0]) & (a[1] <= b[1]))
+    return xp.where(take_a, a, b)
+
+
+def _pair_shape(a: Shape, b: Shape) -> Shape:
+    if a != (2,) or b != (2,):
+        raise KernelTypeError(f"needs [value, index] pairs of shape (2,), got {a} and {b}")
+    return (2,)
+
+
+register(Kernel("min_pair", _min_pair, 2, _pair_shape, associative=True, commutative=True,
+                flops=lambda a, b: 1))
+
+_MONOTONE = frozenset({"min", "max"})
+_LINEAR = frozenset({"add", "sub"})
+
+
+def _unary(name, fn, shape=lambda s: s, **facts):
+    facts.setdefault("flops", lambda s: math.prod(s))
+    return register(Kernel(name, fn, 1, shape, **facts))
+
+
+def _relu(x): return array_module(x).maximum(x, 0)
+def _exp(x): return array_module(x).exp(x)
+def _neg(x): return -x
+def _ident(x): return x
+def _transpose(x): return x.T
+
+
+def _diag(x):
+    """Zero every off-diagonal entry of a matrix chunk (the paper's ``diag``)."""
+    xp = array_module(x)
+    return x * xp.eye(x.shape[0], x.shape[1], dtype=x.dtype)
+
+
+def _row_sum(x): return x.sum(axis=1, keepdims=True)
+def _row_max(x): return x.max(axis=1, keepdims=True)
+
+
+def _square_2d(s: Shape) -> Shape:
+    if len(s) != 2:
+        raise KernelTypeError(f"needs 2-d chunks, got shape {s}")
+    return s
+
+
+_unary("identity", _ident, distributes_over={"add", "sub", "mul", "div", "min", "max", "matmul"}, flops=lambda s: 0)
+_unary("relu", _relu, distributes_over=_MONOTONE)
+_unary("exp", _exp, dtype=_promote_float, distributes_over=_MONOTONE)
+_unary("neg", _neg, distributes_over=_LINEAR)
+_unary("transpose", _transpose, shape=lambda s: _square_2d(s)[::-1],
+       distributes_over=_LINEAR | {"mul", "div"} | _MONOTONE, flops=lambda s: 0)
+_unary("diag", _diag, shape=_square_2d, distributes_over=_LINEAR | {"mul"} | _MONOTONE)
+_unary("row_sum", _row_sum, shape=_row_reduce_shape, distributes_over=_LINEAR)
+_unary("row_max", _row_max, shape=_row_reduce_shape, distributes_over={"max"})
+
+
+def scale(c: float) -> Kernel:
+    """``x -> c * x``, a parametrised unary kernel (distributes over add and sub).
+
+    >>> scale(0.5)(np.array([2.0, 4.0]))
+    array([1., 2.])
+    >>> scale(0.5) == scale(0.5), scale(0.5) == scale(2.0)
+    (True, False)
+    """
+    c = float(c)
+    return Kernel("scale", lambda x: x * c, 1, lambda s: s, flops=lambda s: math.prod(s),
+                  distributes_over=_LINEAR, params=(c,))

@@ -1,0 +1,577 @@
+"""TRA expression nodes (paper §3.1): immutable, structurally equal, typed on creation.
+
+Every node is a frozen dataclass.  Its :attr:`~Relation.type` (exact key set, chunk
+shape of every key, dtype) is derived from its children when the node is made, which
+is where every mistake is reported: a join on a dim that does not exist, chunks a
+kernel cannot take, a rekey that makes duplicate keys.  Nothing touches arrays.
+
+Structural identity: two nodes are equal when they are the same operator with equal
+parameters over equal children (kernels and key functions compare by name and
+structure; arrays in sources by identity).  The hash is computed once.  Equal nodes
+are one node to the evaluator (and later to the optimizer and runtime), which is what
+makes shared subexpressions evaluate once.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..kernels import Kernel, KernelTypeError
+from ..keys import KeyFn, Predicate
+from ..types import ArrayType, Key, RelationType, Shape, encode_rows, join_pairs, lexsort_rows
+
+__all__ = ["Relation", "Aggregate", "Join", "Rekey", "Filter", "Transform", "Tile", "Concat"]
+
+
+def _fmt_keys(keys, limit: int = 4) -> str:
+    keys = [tuple(k) for k in keys]
+    s = ", ".join(str(k) for k in keys[:limit])
+    return s + (f", ... ({len(keys)} in all)" if len(keys) > limit else "")
+
+
+def _check_dims(where: str, rel: "Relation", dims, what: str, n: int, unit: str = "key") -> tuple[int, ...]:
+    """``dims`` as a tuple of distinct ints in ``range(n)`` or a clear error."""
+    if isinstance(dims, (int, np.integer)) and not isinstance(dims, bool):
+        dims = (dims,)
+    if not isinstance(dims, (tuple, list)):
+        raise TypeError(f"{where}: {what} must be a tuple of {unit} dims, got {dims!r}")
+    valid = f"valid {unit} dims are 0..{n - 1}" if n else f"it has no {unit} dims"
+    out = []
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+            raise TypeError(f"{where}: {what} {tuple(dims)} has a non-integer dim {d!r}")
+        if not 0 <= d < n:
+            arity = "key arity" if unit == "key" else "chunk rank"
+            raise ValueError(
+                f"{where}: {what} dim {d} is out of range for {rel.label} ({arity} {n}); {valid}"
+            )
+        out.append(int(d))
+    if len(set(out)) != len(out):
+        raise ValueError(f"{where}: {what} {tuple(out)} repeats a dim")
+    return tuple(out)
+
+
+def _with_shape_rows(keys: np.ndarray, shape_rows: np.ndarray, dtype) -> RelationType:
+    """A RelationType from one shape row per key (deduplicated into a table)."""
+    if len(shape_rows) == 0:
+        return RelationType(keys, np.zeros(0, np.intp), [], dtype)
+    table, ids = np.unique(shape_rows, axis=0, return_inverse=True)
+    return RelationType(keys, ids.reshape(-1), [tuple(r) for r in table.tolist()], dtype)
+
+
+class Relation(ABC):
+    """A tensor relation: a TRA expression node.  Subclasses are frozen dataclasses."""
+
+    _op: str = "relation"
+
+    # -- identity ----------------------------------------------------------
+    @property
+    def children(self) -> tuple["Relation", ...]:
+        return ()
+
+    @abstractmethod
+    def _params(self) -> tuple:
+        """Hashable tokens of the node's non-child parameters."""
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((type(self).__name__, self._params(), tuple(hash(c) for c in self.children)))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __eq__(self, other) -> bool:
+        if self is other:
+            return True
+        if type(self) is not type(other) or hash(self) != hash(other):
+            return False
+        return self._params() == other._params() and all(
+            a == b for a, b in zip(self.children, other.children)
+        )
+
+    # -- type --------------------------------------------------------------
+    def __post_init__(self):
+        object.__setattr__(self, "_type", self._infer_type())
+
+    @abstractmethod
+    def _infer_type(self) -> RelationType:
+        """Derive (and so validate) this node's type from its children's."""
+
+    @property
+    def type(self) -> RelationType:
+        """Exact key set, chunk shapes and dtype (derived when the node was made)."""
+        return self.__dict__["_type"]
+
+    @property
+    def key_arity(self) -> int:
+        return self.type.arity
+
+    @property
+    def keys(self) -> list[Key]:
+        return self.type.key_list()
+
+    @property
+    def ntuples(self) -> int:
+        return self.type.ntuples
+
+    @property
+    def frontier(self) -> Key:
+        return self.type.frontier
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.type.dtype
+
+    @property
+    def rank(self) -> int:
+        return self.type.rank
+
+    @property
+    def nbytes(self) -> int:
+        return self.type.nbytes
+
+    def chunk_shape(self, key) -> Shape:
+        return self.type.chunk_shape(key)
+
+    def chunk_type(self, key) -> ArrayType:
+        return self.type.chunk_type(key)
+
+    # -- naming ------------------------------------------------------------
+    @property
+    def label(self) -> str:
+        """Short name used in error messages and plans."""
+        inner = ", ".join(c.label for c in self.children)
+        s = f"{self._op}({inner})"
+        return s if len(s) <= 60 else s[:57] + "..."
+
+    def _fmt_params(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        parts = [repr(c) for c in self.children]
+        extra = self._fmt_params()
+        return f"{self._op}({', '.join(parts + ([extra] if extra else []))})"
+
+    # -- fluent API (same semantics as the td.* functions) -----------------
+    def aggregate(self, group_by, kernel):
+        from .builders import aggregate
+        return aggregate(self, group_by, kernel)
+
+    def join(self, right, left_on, right_on, kernel):
+        from .builders import join
+        return join(self, right, left_on, right_on, kernel)
+
+    def rekey(self, key_fn):
+        from .builders import rekey
+        return rekey(self, key_fn)
+
+    def filter(self, pred):
+        from .builders import filter
+        return filter(self, pred)
+
+    def transform(self, kernel):
+        from .builders import transform
+        return transform(self, kernel)
+
+    def tile(self, tile_dim, tile_size):
+        from .builders import tile
+        return tile(self, tile_dim, tile_size)
+
+    def concat(self, key_dim, array_dim):
+        from .builders import concat
+        return concat(self, key_dim, array_dim)
+
+    def evaluate(self, **kw):
+        from .evaluate import evaluate
+        return evaluate(self, **kw)
+
+    def to_numpy(self):
+        from .evaluate import to_numpy
+        return to_numpy(self)
+
+
+# ---------------------------------------------------------------------------
+# operators
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Aggregate(Relation):
+    """``Σ(group_by, kernel)(input)``: group by ``group_by`` dims, fold each group's
+    chunks with a binary kernel; output key = ``key[group_by]`` in that order."""
+
+    input: Relation
+    group_by: tuple
+    kernel: Kernel
+    _op = "aggregate"
+
+    @property
+    def children(self):
+        return (self.input,)
+
+    def _params(self):
+        return (self.group_by, self.kernel.token)
+
+    def _fmt_params(self):
+        return f"group_by={self.group_by}, kernel={self.kernel!r}"
+
+    def _infer_type(self) -> RelationType:
+        where = f"aggregate({self.input.label}, group_by={self.group_by}, kernel={self.kernel!r})"
+        t = self.input.type
+        gb = _check_dims(where, self.input, self.group_by, "group_by", t.arity)
+        object.__setattr__(self, "group_by", gb)
+        if t.ntuples == 0:
+            return RelationType(np.zeros((0, len(gb)), np.int64), [], [], t.dtype)
+        gkeys = t.keys[:, list(gb)]
+        gcode = encode_rows(gkeys)
+        uniq, first, inv = np.unique(gcode, return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)
+        # every group must hold chunks of one shape: the fold maps T x T -> T
+        pair = np.unique(inv * len(t.shapes) + t.shape_ids)
+        if len(pair) != len(uniq):
+            g = int(np.flatnonzero(np.bincount(pair // len(t.shapes)) > 1)[0])
+            members = np.flatnonzero(inv == g)
+            shapes = sorted({t.shapes[t.shape_ids[i]] for i in members})
+            raise ValueError(
+                f"{where}: group {tuple(gkeys[first[g]].tolist())} mixes chunk shapes "
+                f"{', '.join(map(str, shapes))}; an aggregation folds chunks of one shape "
+                f"(group by the dims that index the smaller edge chunks too)"
+            )
+        for sid, s in enumerate(t.shapes):
+            if not np.any(t.shape_ids == sid):
+                continue
+            a = ArrayType(s, t.dtype)
+            try:
+                out = self.kernel.out_type(a, a)
+            except KernelTypeError as e:
+                raise ValueError(f"{where}: {e}") from None
+            if out != a:
+                raise ValueError(
+                    f"{where}: kernel {self.kernel!r} maps two {a} chunks to {out}; an "
+                    f"aggregation kernel must return chunks of its input type"
+                )
+        return RelationType(gkeys[first], t.shape_ids[first], t.shapes, t.dtype)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Join(Relation):
+    """``⋈(left_on, right_on, kernel)(left, right)``: pair tuples whose ``left_on``
+    dims equal the ``right_on`` dims; output key = all of the left key, then the right
+    key's dims not in ``right_on`` (paper §3.1)."""
+
+    left: Relation
+    right: Relation
+    left_on: tuple
+    right_on: tuple
+    kernel: Kernel
+    _op = "join"
+
+    @property
+    def children(self):
+        return (self.left, self.right)
+
+    def _params(self):
+        return (self.left_on, self.right_on, self.kernel.token)
+
+    def _fmt_params(self):
+        return f"left_on={self.left_on}, right_on={self.right_on}, kernel={self.kernel!r}"
+
+    @property
+    def right_rest(self) -> tuple[int, ...]:
+        """The right key dims that are appended to the left key."""
+        return tuple(d for d in range(self.right.key_arity) if d not in self.right_on)
+
+    def _infer_type(self) -> RelationType:
+        L, R = self.left.type, self.right.type
+        where = (
+            f"join({self.left.label}, {self.right.label}, left_on={self.left_on}, "
+            f"right_on={self.right_on}, kernel={self.kernel!r})"
+        )
+        lo = _check_dims(where, self.left, self.left_on, "left_on", L.arity)
+        ro = _check_dims(where, self.right, self.right_on, "right_on", R.arity)
+        if len(lo) != len(ro):
+            raise ValueError(
+                f"{where}: left_on {lo} and right_on {ro} have different lengths; "
+                f"they pair dims one to one"
+            )
+        object.__setattr__(self, "left_on", lo)
+        object.__setattr__(self, "right_on", ro)
+        for a, b in zip(lo, ro):
+            va, vb = np.unique(L.keys[:, a]), np.unique(R.keys[:, b])
+            if not np.array_equal(va, vb):
+                raise ValueError(
+                    f"{where}: left key dim {a} of {self.left.label} takes {_fmt_range(va)} "
+                    f"but right key dim {b} of {self.right.label} takes {_fmt_range(vb)}; "
+                    f"joined dims must range over the same key values (chunk both tensors "
+                    f"alike along the joined dim)"
+                )
+        li, ri = join_pairs(L.keys[:, list(lo)], R.keys[:, list(ro)])
+        rest = [d for d in range(R.arity) if d not in ro]
+        keys = np.concatenate([L.keys[li], R.keys[ri][:, rest]], axis=1)
+        ns = len(R.shapes)
+        code = L.shape_ids[li] * ns + R.shape_ids[ri]
+        uniq, first, inv = np.unique(code, return_index=True, return_inverse=True)
+        out_shapes, dtypes = [], set()
+        for c, f in zip(uniq.tolist(), first.tolist()):
+            la, ra = ArrayType(L.shapes[c // ns], L.dtype), ArrayType(R.shapes[c % ns], R.dtype)
+            try:
+                out = self.kernel.out_type(la, ra)
+            except KernelTypeError as e:
+                raise ValueError(
+                    f"{where}: chunk {tuple(L.keys[li[f]].tolist())} of {self.left.label} "
+                    f"(shape {la.shape}) and chunk {tuple(R.keys[ri[f]].tolist())} of "
+                    f"{self.right.label} (shape {ra.shape}) do not fit: {e}"
+                ) from None
+            out_shapes.append(out.shape)
+            dtypes.add(out.dtype)
+        dtype = dtypes.pop() if dtypes else np.result_type(L.dtype, R.dtype)
+        return RelationType(keys, inv.reshape(-1), out_shapes, dtype)
+
+
+def _fmt_range(v: np.ndarray) -> str:
+    if len(v) == 0:
+        return "no values"
+    if len(v) == v[-1] - v[0] + 1:
+        return f"{int(v[0])}..{int(v[-1])}"
+    return "{" + ", ".join(str(int(x)) for x in v[:6]) + (", ...}" if len(v) > 6 else "}")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Rekey(Relation):
+    """``rekey(key_fn)(input)``: a new key per tuple.  A key function of
+    multiplicity m (``insert_dim``) gives every tuple m keys sharing its chunk: the
+    paper's replication map ``insertDim``/``duplicate`` (§5.2.2)."""
+
+    input: Relation
+    key_fn: KeyFn
+    _op = "rekey"
+
+    @property
+    def children(self):
+        return (self.input,)
+
+    def _params(self):
+        return (self.key_fn.token,)
+
+    def _fmt_params(self):
+        return f"key_fn={self.key_fn!r}"
+
+    def _infer_type(self) -> RelationType:
+        t = self.input.type
+        where = f"rekey({self.input.label}, {self.key_fn!r})"
+        reads = self.key_fn.dims_read
+        if reads is not None and reads and max(reads) >= t.arity:
+            raise ValueError(
+                f"{where}: the key function reads key dim {max(reads)} but {self.input.label} "
+                f"has key arity {t.arity}; valid key dims are 0..{t.arity - 1}"
+            )
+        try:
+            keys, rows = self.key_fn.apply(t.keys)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{where}: {e}") from None
+        if keys.size and keys.min() < 0:
+            bad = int(np.flatnonzero((keys < 0).any(axis=1))[0])
+            raise ValueError(
+                f"{where}: key {tuple(t.keys[rows[bad]].tolist())} maps to "
+                f"{tuple(keys[bad].tolist())}, which has a negative entry; keys are non-negative"
+            )
+        out = RelationType(keys, t.shape_ids[rows], t.shapes, t.dtype)
+        dup = out.duplicates()
+        if dup:
+            d = np.array(dup[0])
+            src = t.keys[rows[np.all(keys == d, axis=1)]]
+            raise ValueError(
+                f"{where}: keys {_fmt_keys(src.tolist())} all map to {tuple(dup[0])}; a rekey "
+                f"must keep keys unique ({len(dup)} duplicated key(s) in all)"
+            )
+        return out
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Filter(Relation):
+    """``σ(pred)(input)``: keep the tuples whose key satisfies ``pred``."""
+
+    input: Relation
+    pred: Predicate
+    _op = "filter"
+
+    @property
+    def children(self):
+        return (self.input,)
+
+    def _params(self):
+        return (self.pred.token,)
+
+    def _fmt_params(self):
+        return f"pred={self.pred!r}"
+
+    def _infer_type(self) -> RelationType:
+        t = self.input.type
+        where = f"filter({self.input.label}, {self.pred!r})"
+        reads = self.pred.dims_read
+        if reads is not None and reads and max(reads) >= t.arity:
+            raise ValueError(
+                f"{where}: the predicate reads key dim {max(reads)} but {self.input.label} "
+                f"has key arity {t.arity}; valid key dims are 0..{t.arity - 1}"
+            )
+        mask = np.asarray(self.pred.evaluate(t.keys), dtype=bool).reshape(-1)
+        return RelationType(t.keys[mask], t.shape_ids[mask], t.shapes, t.dtype, sort=False)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Transform(Relation):
+    """``λ(kernel)(input)``: a unary kernel on every chunk; keys unchanged."""
+
+    input: Relation
+    kernel: Kernel
+    _op = "transform"
+
+    @property
+    def children(self):
+        return (self.input,)
+
+    def _params(self):
+        return (self.kernel.token,)
+
+    def _fmt_params(self):
+        return f"kernel={self.kernel!r}"
+
+    def _infer_type(self) -> RelationType:
+        t = self.input.type
+        shapes, dtypes = [], set()
+        for s in t.shapes:
+            try:
+                out = self.kernel.out_type(ArrayType(s, t.dtype))
+            except KernelTypeError as e:
+                raise ValueError(f"transform({self.input.label}, kernel={self.kernel!r}): {e}") from None
+            shapes.append(out.shape)
+            dtypes.add(out.dtype)
+        dtype = dtypes.pop() if dtypes else t.dtype
+        return RelationType(t.keys, t.shape_ids, shapes, dtype, sort=False)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Tile(Relation):
+    """``tile(tile_dim, tile_size)(input)``: split every chunk along array dim
+    ``tile_dim`` into pieces of ``tile_size`` (the last may be smaller); the tile
+    index becomes a new last key dim."""
+
+    input: Relation
+    tile_dim: int
+    tile_size: int
+    _op = "tile"
+
+    @property
+    def children(self):
+        return (self.input,)
+
+    def _params(self):
+        return (self.tile_dim, self.tile_size)
+
+    def _fmt_params(self):
+        return f"tile_dim={self.tile_dim}, tile_size={self.tile_size}"
+
+    def _infer_type(self) -> RelationType:
+        t = self.input.type
+        where = f"tile({self.input.label}, tile_dim={self.tile_dim}, tile_size={self.tile_size})"
+        (d,) = _check_dims(where, self.input, (self.tile_dim,), "tile_dim", t.rank, unit="array")
+        size = self.tile_size
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
+            raise ValueError(f"{where}: tile_size must be a positive int, got {size!r}")
+        shapes = np.array(t.shapes, dtype=np.int64).reshape(len(t.shapes), t.rank)
+        ntiles = -(-shapes[:, d] // size)
+        counts = ntiles[t.shape_ids]
+        rows = np.repeat(np.arange(t.ntuples), counts)
+        tix = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+        rows_shape = shapes[t.shape_ids[rows]].copy()
+        rows_shape[:, d] = np.minimum(size, rows_shape[:, d] - tix * size)
+        keys = np.concatenate([t.keys[rows], tix[:, None]], axis=1)
+        return _with_shape_rows(keys, rows_shape, t.dtype)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Concat(Relation):
+    """``concat(key_dim, array_dim)(input)``: the inverse of tile.  Group by every
+    key dim but ``key_dim`` and concatenate each group's chunks along ``array_dim``
+    in ``key_dim`` order; output key = the key without ``key_dim``."""
+
+    input: Relation
+    key_dim: int
+    array_dim: int
+    _op = "concat"
+
+    @property
+    def children(self):
+        return (self.input,)
+
+    def _params(self):
+        return (self.key_dim, self.array_dim)
+
+    def _fmt_params(self):
+        return f"key_dim={self.key_dim}, array_dim={self.array_dim}"
+
+    def _infer_type(self) -> RelationType:
+        t = self.input.type
+        where = f"concat({self.input.label}, key_dim={self.key_dim}, array_dim={self.array_dim})"
+        (kd,) = _check_dims(where, self.input, (self.key_dim,), "key_dim", t.arity)
+        (ad,) = _check_dims(where, self.input, (self.array_dim,), "array_dim", t.rank, unit="array")
+        rest = [i for i in range(t.arity) if i != kd]
+        sort_keys = np.concatenate([t.keys[:, rest], t.keys[:, [kd]]], axis=1)
+        order = lexsort_rows(sort_keys)
+        gkeys, pos = t.keys[order][:, rest], t.keys[order][:, kd]
+        shapes = np.array(t.shapes, dtype=np.int64).reshape(len(t.shapes), t.rank)[t.shape_ids[order]]
+        gcode = encode_rows(gkeys)
+        starts = np.flatnonzero(np.r_[True, gcode[1:] != gcode[:-1]]) if len(gcode) else np.zeros(0, int)
+        sizes = np.diff(np.r_[starts, len(gcode)])
+        expected = np.arange(len(pos)) - np.repeat(starts, sizes)
+        if np.any(pos != expected):
+            g = int(np.searchsorted(starts, np.flatnonzero(pos != expected)[0], side="right") - 1)
+            vals = pos[starts[g] : starts[g] + sizes[g]].tolist()
+            raise ValueError(
+                f"{where}: the group {tuple(gkeys[starts[g]].tolist())} has key_dim values "
+                f"{vals}; concat needs each group's key_dim values to be 0..m-1 with no gaps"
+            )
+        other = [i for i in range(t.rank) if i != ad]
+        if other and len(shapes):
+            lo = np.minimum.reduceat(shapes[:, other], starts, axis=0)
+            hi = np.maximum.reduceat(shapes[:, other], starts, axis=0)
+            if np.any(lo != hi):
+                g = int(np.flatnonzero(np.any(lo != hi, axis=1))[0])
+                members = shapes[starts[g] : starts[g] + sizes[g]].tolist()
+                raise ValueError(
+                    f"{where}: the chunks of group {tuple(gkeys[starts[g]].tolist())} have "
+                    f"shapes {members}, which differ outside array dim {ad}; they cannot be "
+                    f"concatenated along it"
+                )
+        out_shapes = shapes[starts].copy()
+        if len(shapes):
+            out_shapes[:, ad] = np.add.reduceat(shapes[:, ad], starts)
+        return _with_shape_rows(gkeys[starts], out_shapes, t.dtype)
+
+
+# ---------------------------------------------------------------------------
+
+
+def toposort(outputs) -> list[Relation]:
+    """Every node reachable from ``outputs``, children before parents, each once
+    (structurally equal nodes are one node)."""
+    order: list[Relation] = []
+    seen: set = set()
+    stack: list[tuple[Relation, bool]] = [(o, False) for o in reversed(list(outputs))]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            if node not in seen:
+                seen.add(node)
+                order.append(node)
+            continue
+        if node in seen:
+            continue
+        stack.append((node, True))
+        for c in reversed(node.children):
+            if c not in seen:
+                stack.append((c, False))
+    return order
+

@@ -1,0 +1,243 @@
+"""Source relations: where tensors enter the algebra.
+
+A source knows its type from metadata alone (shape, chunks, dtype); its chunks are
+produced by :meth:`Source.load` only when data is needed, by the evaluator here and
+by the workers later.  Sources are checked for the paper's integrity constraints
+(uniqueness and continuity, §3.2) when they are made.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..types import Key, RelationType, Shape, grid_type, normalize_chunks, normalize_key
+from .nodes import Relation, _fmt_keys
+
+__all__ = ["Source", "FromNumpy", "FromChunks", "FromFunction"]
+
+
+class Source(Relation):
+    """A leaf relation."""
+
+    name: str
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+    @abstractmethod
+    def load(self, key: Key) -> Any:
+        """The chunk under ``key`` (makes or reads data)."""
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _check_tensor_shape(where: str, shape) -> Shape:
+    try:
+        shape = tuple(int(n) for n in shape)
+    except TypeError:
+        raise TypeError(f"{where}: shape must be a tuple of ints, got {shape!r}") from None
+    if any(n <= 0 for n in shape):
+        raise ValueError(f"{where}: shape {shape} has an empty or negative dim; every extent must be >= 1")
+    return shape
+
+
+def _slices(key: Key, chunks: Shape, shape: Shape) -> tuple[slice, ...]:
+    return tuple(slice(k * c, min((k + 1) * c, n)) for k, c, n in zip(key, chunks, shape))
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class FromNumpy(Source):
+    """A numpy (or cupy) array cut into chunks of ``chunks``."""
+
+    array: Any
+    chunks: Shape
+    name: str
+
+    def _params(self):
+        return (id(self.array), self.array.shape, str(self.array.dtype), self.chunks)
+
+    def _infer_type(self) -> RelationType:
+        return grid_type(self.array.shape, self.chunks, self.array.dtype)
+
+    def load(self, key: Key):
+        return self.array[_slices(key, self.chunks, self.array.shape)]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class FromFunction(Source):
+    """Chunks made by ``fn(key) -> chunk`` on demand; the type comes from ``shape``,
+    ``chunks`` and ``dtype`` alone, so planning never calls ``fn``."""
+
+    fn: Callable[[Key], Any]
+    shape: Shape
+    chunks: Shape
+    dtype_: np.dtype
+    name: str
+
+    def _params(self):
+        return (self.fn, self.shape, self.chunks, self.dtype_.str)
+
+    def _infer_type(self) -> RelationType:
+        return grid_type(self.shape, self.chunks, self.dtype_)
+
+    def load(self, key: Key):
+        chunk = self.fn(key)
+        want = self.type.chunk_type(key)
+        shape = tuple(getattr(chunk, "shape", ()))
+        dtype = getattr(chunk, "dtype", None)
+        if shape != want.shape or dtype != want.dtype:
+            raise ValueError(
+                f"from_function {self.name}: fn({key}) returned a chunk of shape {shape} and "
+                f"dtype {dtype}; expected shape {want.shape} and dtype {want.dtype}"
+            )
+        return chunk
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class FromChunks(Source):
+    """A relation given as ``{key: chunk}``."""
+
+    items: tuple  # ((key, chunk), ...) sorted by key
+    name: str
+
+    def _params(self):
+        return tuple((k, id(a)) for k, a in self.items)
+
+    def _infer_type(self) -> RelationType:
+        where = f"from_chunks {self.name}"
+        if not self.items:
+            raise ValueError(f"{where}: no chunks given; a relation needs at least one (key, chunk)")
+        arities = {len(k) for k, _ in self.items}
+        if len(arities) > 1:
+            raise ValueError(f"{where}: keys of different arities {sorted(arities)}; all keys need one arity")
+        ranks = {getattr(a, "ndim", None) for _, a in self.items}
+        if len(ranks) > 1:
+            by = {getattr(a, "ndim", None): k for k, a in self.items}
+            raise ValueError(
+                f"{where}: chunks of different ranks: "
+                + ", ".join(f"{by[r]} has rank {r}" for r in sorted(by, key=str))
+                + "; every chunk of a relation has one rank"
+            )
+        dtypes = {np.dtype(a.dtype) for _, a in self.items}
+        if len(dtypes) > 1:
+            by = {np.dtype(a.dtype): k for k, a in self.items}
+            raise ValueError(
+                f"{where}: chunks of different dtypes: "
+                + ", ".join(f"{by[d]} is {d}" for d in sorted(by, key=str))
+                + "; every chunk of a relation has one dtype (cast them first)"
+            )
+        keys = np.array([k for k, _ in self.items], dtype=np.int64).reshape(len(self.items), -1)
+        shape_rows = np.array([a.shape for _, a in self.items], dtype=np.int64).reshape(len(self.items), -1)
+        table, ids = np.unique(shape_rows, axis=0, return_inverse=True)
+        t = RelationType(keys, ids.reshape(-1), [tuple(r) for r in table.tolist()], dtypes.pop())
+        if not t.is_continuous:
+            raise ValueError(
+                f"{where}: the keys have holes below the frontier {t.frontier}: missing "
+                f"{_fmt_keys(t.holes())}; a source relation must be continuous (paper §3.2)"
+            )
+        if len(table) > 1:
+            _check_grid(where, keys, shape_rows)
+        return t
+
+    def load(self, key: Key):
+        lookup = self.__dict__.get("_lookup")
+        if lookup is None:
+            lookup = dict(self.items)
+            object.__setattr__(self, "_lookup", lookup)
+        return lookup[key]
+
+
+def _check_grid(where: str, keys: np.ndarray, shapes: np.ndarray) -> None:
+    """Chunks of different shapes are allowed only as the smaller edge chunks of one
+    tensor's grid: key dim d indexes array dim d, the extent along d depends on the
+    key's d-th value alone, and only the last value may have a smaller extent."""
+    ref_key, ref_shape = tuple(keys[0].tolist()), tuple(shapes[0].tolist())
+    arity, rank = keys.shape[1], shapes.shape[1]
+    if arity > rank:
+        bad = int(np.flatnonzero(np.any(shapes != shapes[0], axis=1))[0])
+        raise ValueError(
+            f"{where}: chunk {tuple(keys[bad].tolist())} has shape {tuple(shapes[bad].tolist())} "
+            f"but chunk {ref_key} has {ref_shape}; chunks must share one shape"
+        )
+    for d in range(rank):
+        if d >= arity:
+            col_ok = np.all(shapes[:, d] == shapes[0, d])
+            bad_rows = np.flatnonzero(shapes[:, d] != shapes[0, d])
+        else:
+            last = keys[:, d] == keys[:, d].max()
+            full = shapes[~last, d]
+            extent = full[0] if len(full) else shapes[0, d]
+            per_value_ok = all(len(np.unique(shapes[keys[:, d] == v, d])) == 1 for v in np.unique(keys[:, d]))
+            col_ok = per_value_ok and np.all(full == extent) and np.all(shapes[last, d] <= extent)
+            bad_rows = np.flatnonzero((shapes[:, d] != extent) & ~last) if per_value_ok else np.arange(len(keys))
+        if not col_ok:
+            b = int(bad_rows[0]) if len(bad_rows) else 0
+            raise ValueError(
+                f"{where}: chunk {tuple(keys[b].tolist())} has shape {tuple(shapes[b].tolist())} "
+                f"but chunk {ref_key} has {ref_shape}; chunks must share one shape, except "
+                f"smaller edge chunks at the last key value of a grid dim"
+            )
+
+
+def from_numpy(array, chunks, name: str | None = None) -> FromNumpy:
+    """A tensor relation from an array cut into ``chunks`` (one key dim per array
+    dim; edge chunks smaller where the extent is not a multiple).
+
+    >>> r = from_numpy(np.arange(20.0).reshape(4, 5), (2, 2))
+    >>> r.frontier, r.chunk_shape((1, 2))
+    ((2, 3), (2, 1))
+    """
+    if not hasattr(array, "shape") or not hasattr(array, "dtype"):
+        array = np.asarray(array)
+    where = f"from_numpy {name or ''}".rstrip()
+    shape = _check_tensor_shape(where, array.shape)
+    chunks = normalize_chunks(chunks, shape, where=where)
+    name = name or f"array[{'x'.join(map(str, shape))} {array.dtype}]"
+    return FromNumpy(array, chunks, name)
+
+
+def from_function(fn: Callable[[Key], Any], shape, chunks, dtype, name: str | None = None) -> FromFunction:
+    """A tensor relation whose chunk under key ``k`` is ``fn(k)``, made only when data
+    is needed (never by type inference or planning).
+
+    >>> r = from_function(lambda k: np.full((2, 2), float(sum(k))), (4, 4), 2, "float64")
+    >>> r.ntuples, r.nbytes
+    (4, 128)
+    """
+    if not callable(fn):
+        raise TypeError(f"from_function: fn must be callable key -> chunk, got {fn!r}")
+    where = f"from_function {name or getattr(fn, '__name__', '')}".rstrip()
+    shape = _check_tensor_shape(where, shape)
+    chunks = normalize_chunks(chunks, shape, where=where)
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{where}: {dtype!r} is not a dtype") from None
+    name = name or f"{getattr(fn, '__name__', 'fn')}[{'x'.join(map(str, shape))} {dtype}]"
+    return FromFunction(fn, shape, chunks, dtype, name)
+
+
+def from_chunks(chunks: dict, name: str | None = None) -> FromChunks:
+    """A tensor relation from ``{key_tuple: chunk}``.  Keys must be unique tuples of
+    non-negative ints with no holes; chunks share rank and dtype, and one shape but
+    for smaller edge chunks of a grid."""
+    if not isinstance(chunks, dict):
+        raise TypeError(f"from_chunks: expected a dict {{key tuple: array}}, got {type(chunks).__name__}")
+    where = f"from_chunks {name or ''}".rstrip()
+    items: dict[Key, Any] = {}
+    for k, a in chunks.items():
+        key = normalize_key(k, where=where)
+        if key in items:
+            raise ValueError(f"{where}: key {k!r} appears twice (as {key}); keys must be unique")
+        if not hasattr(a, "shape") or not hasattr(a, "dtype"):
+            a = np.asarray(a)
+        items[key] = a
+    name = name or f"chunks[{len(items)}]"
+    return FromChunks(tuple(sorted(items.items(), key=lambda kv: kv[0])), name)
+

@@ -1,0 +1,386 @@
+"""Array types and relation types: what every TRA node knows without touching data.
+
+A tensor relation is a set of ``(key, chunk)`` pairs (paper §3).  Its *type* is
+everything the optimizer needs and nothing more: the exact set of keys, the true
+shape of every chunk (edge chunks of a tensor whose extent is not a multiple of the
+chunk shape are smaller) and the dtype.  Keys are dense and unique, so a relation of
+tens of thousands of tuples is described exactly by a few small integer arrays; all
+key-level work below is vectorised with numpy so that planning at the paper's scale
+(10^4 input tuples, 10^6 join tuples) costs milliseconds, not seconds.
+
+>>> t = grid_type((5, 4), (2, 4), "float64")
+>>> t.arity, t.ntuples, t.frontier
+(2, 3, (3, 1))
+>>> t.chunk_shape((2, 0)), t.nbytes
+((1, 4), 160)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+Key = tuple[int, ...]
+Shape = tuple[int, ...]
+
+__all__ = [
+    "ArrayType",
+    "RelationType",
+    "Key",
+    "Shape",
+    "grid_type",
+    "normalize_key",
+    "normalize_chunks",
+    "encode_rows",
+    "join_pairs",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayType:
+    """The type of one chunk: its shape and dtype (the paper's rank and bound).
+
+    >>> ArrayType((2, 3), np.dtype("float32")).nbytes
+    24
+    """
+
+    shape: Shape
+    dtype: np.dtype
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __repr__(self) -> str:
+        return f"ArrayType({self.shape}, {self.dtype})"
+
+
+def normalize_key(key, *, where: str = "key") -> Key:
+    """Return ``key`` as a tuple of plain non-negative Python ints, or raise.
+
+    >>> normalize_key((np.int64(1), 2))
+    (1, 2)
+    >>> normalize_key(3)
+    (3,)
+    """
+    if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+        key = (key,)
+    if not isinstance(key, tuple):
+        raise TypeError(f"{where}: a key must be a tuple of non-negative ints, got {key!r}")
+    out = []
+    for v in key:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            raise TypeError(
+                f"{where}: key {key!r} has a non-integer entry {v!r} "
+                f"({type(v).__name__}); keys are tuples of non-negative ints"
+            )
+        if v < 0:
+            raise ValueError(f"{where}: key {key!r} has a negative entry {v}; keys are non-negative")
+        out.append(int(v))
+    return tuple(out)
+
+
+def normalize_chunks(chunks, shape: Shape, *, where: str) -> Shape:
+    """Chunk shape for a tensor of ``shape``: an int for every dim, a tuple, and
+    ``-1``/``None`` meaning the whole extent (as in dask).
+
+    >>> normalize_chunks(2, (5, 4), where="x")
+    (2, 2)
+    >>> normalize_chunks((2, -1), (5, 4), where="x")
+    (2, 4)
+    """
+    if isinstance(chunks, (int, np.integer)) and not isinstance(chunks, bool):
+        chunks = (int(chunks),) * len(shape)
+    if not isinstance(chunks, (tuple, list)):
+        raise TypeError(f"{where}: chunks must be an int or a tuple of ints, got {chunks!r}")
+    if len(chunks) != len(shape):
+        raise ValueError(
+            f"{where}: chunks {tuple(chunks)} have {len(chunks)} entries but the tensor "
+            f"has rank {len(shape)} (shape {shape}); give one chunk size per dim"
+        )
+    out = []
+    for d, (c, n) in enumerate(zip(chunks, shape)):
+        if c is None or (isinstance(c, (int, np.integer)) and c == -1):
+            c = max(n, 1)
+        if isinstance(c, bool) or not isinstance(c, (int, np.integer)):
+            raise TypeError(f"{where}: chunk size for dim {d} must be an int, got {c!r}")
+        if c <= 0:
+            raise ValueError(
+                f"{where}: chunk size {c} for dim {d} is not positive; "
+                f"valid chunk sizes are 1..{n} (or -1 for the whole dim)"
+            )
+        out.append(int(c))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------
+# vectorised key helpers
+
+
+def encode_rows(rows: np.ndarray) -> np.ndarray:
+    """One int64 code per row of a non-negative int matrix, equal iff rows are equal.
+
+    Codes are a mixed-radix number when that fits in 63 bits (order-preserving:
+    sorting codes sorts rows lexicographically), else dense ids from ``np.unique``.
+
+    >>> encode_rows(np.array([[1, 2], [0, 5], [1, 2]])).tolist()
+    [8, 5, 8]
+    """
+    n, c = rows.shape
+    if c == 0:
+        return np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    bases = rows.max(axis=0).astype(object) + 1
+    if math.prod(int(b) for b in bases) < 2**62:
+        code = np.zeros(n, dtype=np.int64)
+        for j in range(c):
+            code = code * int(bases[j]) + rows[:, j]
+        return code
+    _, inv = np.unique(rows, axis=0, return_inverse=True)
+    return inv.reshape(-1).astype(np.int64)
+
+
+def lexsort_rows(rows: np.ndarray) -> np.ndarray:
+    """Permutation that sorts rows lexicographically (dim 0 most significant)."""
+    if rows.shape[1] == 0 or rows.shape[0] <= 1:
+        return np.arange(rows.shape[0])
+    return np.lexsort(rows.T[::-1])
+
+
+def join_pairs(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """All index pairs ``(i, j)`` with ``left[i] == right[j]`` (rows compared whole).
+
+    >>> li, ri = join_pairs(np.array([[0], [1], [1]]), np.array([[1], [0], [1]]))
+    >>> sorted(zip(li.tolist(), ri.tolist()))
+    [(0, 1), (1, 0), (1, 2), (2, 0), (2, 2)]
+    """
+    nl = len(left)
+    codes = encode_rows(np.concatenate([left, right]))
+    lc, rc = codes[:nl], codes[nl:]
+    order = np.argsort(rc, kind="stable")
+    rs = rc[order]
+    start = np.searchsorted(rs, lc, side="left")
+    count = np.searchsorted(rs, lc, side="right") - start
+    li = np.repeat(np.arange(nl), count)
+    # position inside each left row's run of matches
+    run_start = np.repeat(np.cumsum(count) - count, count)
+    ri = order[np.repeat(start, count) + (np.arange(len(li)) - run_start)]
+    return li, ri
+
+
+# ---------------------------------------------------------------------------
+
+
+class RelationType:
+    """Exact description of a tensor relation without its arrays.
+
+    Parameters
+    ----------
+    keys : (n, k) int array
+        The keys; stored sorted lexicographically and read-only.
+    shape_ids : (n,) int array
+        Index into ``shapes`` of each key's chunk shape.
+    shapes : sequence of shapes
+        The distinct chunk shapes (usually one, a few more with edge chunks).
+    dtype : numpy dtype
+        The dtype shared by all chunks.
+
+    Instances are immutable and built by the type rules of the logical nodes; user
+    code reads them.  Uniqueness of keys is the caller's job (see
+    :meth:`duplicates`), continuity is a property (:attr:`is_continuous`).
+    """
+
+    __slots__ = ("keys", "shape_ids", "shapes", "dtype")
+
+    def __init__(self, keys, shape_ids, shapes: Sequence[Shape], dtype, *, sort: bool = True):
+        keys = np.asarray(keys, dtype=np.int64)
+        shape_ids = np.asarray(shape_ids, dtype=np.intp).reshape(-1)
+        if keys.ndim != 2 or len(keys) != len(shape_ids):
+            raise ValueError("RelationType: keys must be (n, k) with one shape id per key")
+        shapes = [tuple(int(v) for v in s) for s in shapes]
+        if shapes and len({len(s) for s in shapes}) != 1:
+            raise ValueError(f"RelationType: chunks of different ranks {sorted(set(shapes))}")
+        # keep only the shapes in use, renumbered
+        used, shape_ids = np.unique(shape_ids, return_inverse=True)
+        shapes = tuple(shapes[i] for i in used)
+        if sort and len(keys) > 1:
+            order = lexsort_rows(keys)
+            keys, shape_ids = keys[order], shape_ids[order]
+        keys.setflags(write=False)
+        shape_ids = shape_ids.reshape(-1)
+        shape_ids.setflags(write=False)
+        self.keys = keys
+        self.shape_ids = shape_ids
+        self.shapes = shapes
+        self.dtype = np.dtype(dtype)
+
+    # -- basic facts -------------------------------------------------------
+    @property
+    def arity(self) -> int:
+        """Key arity ``k``."""
+        return self.keys.shape[1]
+
+    @property
+    def ntuples(self) -> int:
+        return self.keys.shape[0]
+
+    @property
+    def rank(self) -> int:
+        """Rank of every chunk."""
+        return len(self.shapes[0]) if self.shapes else 0
+
+    @property
+    def frontier(self) -> Key:
+        """The smallest vector bounding every key (paper §3.2); ``()`` for arity 0."""
+        if self.ntuples == 0:
+            return (0,) * self.arity
+        return tuple(int(v) + 1 for v in self.keys.max(axis=0))
+
+    @property
+    def bound(self) -> Shape:
+        """The largest extent of any chunk along each array dim (the paper's bound)."""
+        if not self.shapes:
+            return ()
+        return tuple(int(v) for v in np.max(np.array(self.shapes, dtype=np.int64), axis=0))
+
+    @property
+    def chunk_sizes(self) -> np.ndarray:
+        """Elements in each chunk, aligned with :attr:`keys`."""
+        sizes = np.array([math.prod(s) for s in self.shapes], dtype=np.int64)
+        return sizes[self.shape_ids]
+
+    @property
+    def nelements(self) -> int:
+        """Floats held by the relation (elements over all chunks)."""
+        counts = np.bincount(self.shape_ids, minlength=len(self.shapes))
+        return int(sum(int(c) * math.prod(s) for c, s in zip(counts, self.shapes)))
+
+    @property
+    def nbytes(self) -> int:
+        return self.nelements * self.dtype.itemsize
+
+    def key_list(self) -> list[Key]:
+        return [tuple(r) for r in self.keys.tolist()]
+
+    def chunk_shapes(self) -> dict[Key, Shape]:
+        """``{key: chunk shape}`` for every key."""
+        return {tuple(k): self.shapes[i] for k, i in zip(self.keys.tolist(), self.shape_ids.tolist())}
+
+    def locate(self, keys) -> np.ndarray:
+        """Row index of each of ``keys`` (an (m, k) int array); -1 where absent."""
+        keys = np.asarray(keys, dtype=np.int64).reshape(-1, self.arity)
+        if self.ntuples == 0:
+            return np.full(len(keys), -1, dtype=np.intp)
+        both = encode_rows(np.concatenate([self.keys, keys]))
+        mine, theirs = both[: self.ntuples], both[self.ntuples :]
+        order = np.argsort(mine, kind="stable")
+        pos = np.minimum(np.searchsorted(mine[order], theirs), self.ntuples - 1)
+        return np.where(mine[order][pos] == theirs, order[pos], -1)
+
+    def chunk_type(self, key) -> ArrayType:
+        """The :class:`ArrayType` of the chunk under ``key``; ``KeyError`` if absent."""
+        key = normalize_key(key)
+        row = int(self.locate(np.array([key], dtype=np.int64))[0]) if len(key) == self.arity else -1
+        if row < 0:
+            raise KeyError(key)
+        return ArrayType(self.shapes[self.shape_ids[row]], self.dtype)
+
+    def chunk_shape(self, key) -> Shape:
+        return self.chunk_type(key).shape
+
+    def __contains__(self, key) -> bool:
+        try:
+            self.chunk_type(key)
+        except (KeyError, TypeError, ValueError):
+            return False
+        return True
+
+    # -- integrity ---------------------------------------------------------
+    def duplicates(self) -> list[Key]:
+        """Keys that occur more than once (uniqueness, paper §3.2)."""
+        if self.ntuples < 2:
+            return []
+        same = np.all(self.keys[1:] == self.keys[:-1], axis=1)
+        return sorted({tuple(r) for r in self.keys[1:][same].tolist()})
+
+    @property
+    def is_continuous(self) -> bool:
+        """True when every key below the frontier is present (no holes)."""
+        return self.ntuples == math.prod(self.frontier) and not self.duplicates()
+
+    def holes(self, limit: int = 5) -> list[Key]:
+        """Up to ``limit`` keys below the frontier that are missing."""
+        f = self.frontier
+        if math.prod(f) > 10**7:  # too many to list; continuity still known exactly
+            return []
+        grid = np.indices(f).reshape(self.arity, -1).T if self.arity else np.zeros((1, 0), np.int64)
+        return [tuple(r) for r in grid[self.locate(grid) < 0][:limit].tolist()]
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, RelationType):
+            return NotImplemented
+        return (
+            self.dtype == other.dtype
+            and self.keys.shape == other.keys.shape
+            and bool(np.array_equal(self.keys, other.keys))
+            and [self.shapes[i] for i in self.shape_ids] == [other.shapes[i] for i in other.shape_ids]
+        )
+
+    __hash__ = None  # mutable-looking arrays inside; compare, don't hash
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(str(s) for s in self.shapes[:4]) + (", ..." if len(self.shapes) > 4 else "")
+        return (
+            f"RelationType(arity={self.arity}, tuples={self.ntuples}, frontier={self.frontier}, "
+            f"chunks=[{shapes}], dtype={self.dtype})"
+        )
+
+
+def grid_extents(shape: Shape, chunks: Shape) -> list[list[int]]:
+    """Chunk extents along each dim of a tensor of ``shape`` cut into ``chunks``.
+
+    >>> grid_extents((5, 4), (2, 4))
+    [[2, 2, 1], [4]]
+    """
+    out = []
+    for n, c in zip(shape, chunks):
+        full, rest = divmod(n, c)
+        out.append([c] * full + ([rest] if rest else []))
+    return out
+
+
+def grid_type(shape: Shape, chunks: Shape, dtype) -> RelationType:
+    """The type of a tensor of ``shape`` cut into chunks of ``chunks`` (one key dim
+    per array dim, smaller edge chunks)."""
+    extents = grid_extents(shape, chunks)
+    nblocks = tuple(len(e) for e in extents)
+    keys = np.indices(nblocks).reshape(len(shape), -1).T.astype(np.int64) if shape else np.zeros((1, 0), np.int64)
+    # shape id: mixed radix over "is this the smaller edge chunk" per dim
+    per_dim = [np.array([0] * (len(e) - 1) + [0 if e[-1] == e[0] else 1]) for e in extents]
+    ids = np.zeros(len(keys), dtype=np.int64)
+    for d, flags in enumerate(per_dim):
+        ids = ids * 2 + flags[keys[:, d]]
+    shapes = []
+    for code in range(2 ** len(shape)):
+        bits = [(code >> (len(shape) - 1 - d)) & 1 for d in range(len(shape))]
+        shapes.append(tuple(e[-1] if b else e[0] for e, b in zip(extents, bits)))
+    return RelationType(keys, ids, shapes, dtype)
+
+
+def keys_from_list(keys: Iterable[Key], arity: int) -> np.ndarray:
+    rows = list(keys)
+    if not rows:
+        return np.zeros((0, arity), dtype=np.int64)
+    return np.array(rows, dtype=np.int64).reshape(len(rows), arity)
