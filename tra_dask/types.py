@@ -212,9 +212,12 @@ class RelationType:
         shapes = [tuple(int(v) for v in s) for s in shapes]
         if shapes and len({len(s) for s in shapes}) != 1:
             raise ValueError(f"RelationType: chunks of different ranks {sorted(set(shapes))}")
-        # keep only the shapes in use, renumbered
+        # one table entry per distinct shape in use, renumbered
         used, shape_ids = np.unique(shape_ids, return_inverse=True)
-        shapes = tuple(shapes[i] for i in used)
+        distinct: dict[Shape, int] = {}
+        remap = np.array([distinct.setdefault(shapes[i], len(distinct)) for i in used], dtype=np.intp)
+        shape_ids = remap[shape_ids] if len(remap) else shape_ids
+        shapes = tuple(distinct)
         if sort and len(keys) > 1:
             order = lexsort_rows(keys)
             keys, shape_ids = keys[order], shape_ids[order]

@@ -167,15 +167,21 @@ def _check_grid(where: str, keys: np.ndarray, shapes: np.ndarray) -> None:
         )
     for d in range(rank):
         if d >= arity:
-            col_ok = np.all(shapes[:, d] == shapes[0, d])
             bad_rows = np.flatnonzero(shapes[:, d] != shapes[0, d])
+            col_ok = len(bad_rows) == 0
         else:
             last = keys[:, d] == keys[:, d].max()
             full = shapes[~last, d]
             extent = full[0] if len(full) else shapes[0, d]
             per_value_ok = all(len(np.unique(shapes[keys[:, d] == v, d])) == 1 for v in np.unique(keys[:, d]))
             col_ok = per_value_ok and np.all(full == extent) and np.all(shapes[last, d] <= extent)
-            bad_rows = np.flatnonzero((shapes[:, d] != extent) & ~last) if per_value_ok else np.arange(len(keys))
+            if per_value_ok:
+                bad_rows = np.flatnonzero(np.where(last, shapes[:, d] > extent, shapes[:, d] != extent))
+            else:  # rows whose extent differs from another row with the same key value
+                bad_rows = np.array([
+                    i for i in range(len(keys))
+                    if np.any(shapes[keys[:, d] == keys[i, d], d] != shapes[i, d])
+                ])
         if not col_ok:
             b = int(bad_rows[0]) if len(bad_rows) else 0
             raise ValueError(

@@ -45,7 +45,10 @@ def nearest_neighbor(x_q: Relation, X: Relation, A: Relation) -> Relation:
         raise ValueError(f"{where}: x_q = {x_q.label} must have key arity 1 (a vector) or 2 (a 1xD matrix)")
     diff = join(X, x_q, (1,), (0,), "sub")
     proj = aggregate(join(diff, A, (1,), (0,), "matmul"), (0, 2), "add")
-    dist = transform(aggregate(join(proj, diff, (0, 1), (0, 1), "mul"), (0,), "add"), "row_sum")
+    # The paper writes λ(rowSum)(Σ(⟨0⟩, add)(...)); summing rows first is equal (row_sum
+    # distributes over add, R1-4) and also works when D's column blocks differ in width,
+    # where the paper's order would add chunks of different shapes.
+    dist = aggregate(transform(join(proj, diff, (0, 1), (0, 1), "mul"), "row_sum"), (0,), "add")
     rows = [X.chunk_shape((i, 0))[0] for i in range(X.frontier[0])]
     if len(set(rows[:-1])) > 1 or rows[-1] > rows[0]:
         raise ValueError(f"{where}: X = {X.label} must have a regular row chunking, got row extents {rows}")

@@ -1,0 +1,17 @@
+"""Shared test data and checks."""
+import numpy as np
+
+# The paper's matrix A (§2.2) and its tensor relation R_A with 2x2 chunks.
+PAPER_A = np.array(
+    [[1, 2, 5, 6], [3, 4, 7, 8], [9, 10, 13, 14], [11, 12, 15, 16]], dtype=np.float64
+)
+# The paper's matrix B (§3.1), stored by 2x4 column blocks as R_B.
+PAPER_B = np.array(
+    [[1, 2, 5, 6, 9, 10, 13, 14], [3, 4, 7, 8, 11, 12, 15, 16]], dtype=np.float64
+)
+
+
+def assert_chunks_equal(got: dict, want: dict):
+    assert sorted(got) == sorted(want)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=f"chunk {k}")

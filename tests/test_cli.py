@@ -1,0 +1,24 @@
+"""The tra-dask command, run as a user would (a subprocess)."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("shape,dtype", [("general", "float64"), ("common-large-dim", "float32"), ("two-large-dims", "float64")])
+def test_run_matmul_checks_against_numpy(shape, dtype):
+    out = subprocess.run(
+        [sys.executable, "-m", "tra_dask.cli", "run", "matmul", "--shape", shape, "--scale", "0.002",
+         "--blocks", "3", "--dtype", dtype],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "-> OK" in out.stdout
+    assert "aggregate(join(A, B, left_on=(1,), right_on=(0,), kernel='matmul'), group_by=(0, 2), kernel='add')" in out.stdout
+
+
+def test_bad_arguments_fail_clearly():
+    out = subprocess.run([sys.executable, "-m", "tra_dask.cli", "run", "matmul", "--scale", "-1"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--scale and --blocks must be positive" in out.stderr

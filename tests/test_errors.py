@@ -1,0 +1,239 @@
+"""Bad input gets a clear ValueError/TypeError when the expression is built, naming
+the relation, the dims and what would be valid."""
+
+import numpy as np
+import pytest
+
+import tra_dask as td
+from tra_dask.keys import k0, k1
+
+
+@pytest.fixture
+def A():
+    return td.from_numpy(np.ones((4, 6)), (2, 3), name="A")
+
+
+@pytest.fixture
+def B():
+    return td.from_numpy(np.ones((6, 4)), (3, 2), name="B")
+
+
+# -- dims out of range ------------------------------------------------------
+
+def test_join_left_dim_out_of_range(A, B):
+    with pytest.raises(ValueError, match=r"left_on dim 2 is out of range for A \(key arity 2\); valid key dims are 0\.\.1"):
+        td.join(A, B, (2,), (0,), "matmul")
+
+
+def test_join_right_dim_out_of_range(A, B):
+    with pytest.raises(ValueError, match=r"right_on dim 5 is out of range for B .*valid key dims are 0\.\.1"):
+        td.join(A, B, (1,), (5,), "matmul")
+
+
+def test_aggregate_dim_out_of_range(A):
+    with pytest.raises(ValueError, match=r"aggregate\(A.*group_by dim 3 is out of range for A .*valid key dims are 0\.\.1"):
+        td.aggregate(A, (0, 3), "add")
+
+
+def test_aggregate_repeated_dim(A):
+    with pytest.raises(ValueError, match=r"group_by \(0, 0\) repeats a dim"):
+        td.aggregate(A, (0, 0), "add")
+
+
+def test_tile_dim_out_of_range(A):
+    with pytest.raises(ValueError, match=r"tile\(A.*tile_dim dim 2 is out of range for A \(chunk rank 2\); valid array dims are 0\.\.1"):
+        td.tile(A, 2, 1)
+
+
+def test_tile_size_not_positive(A):
+    with pytest.raises(ValueError, match=r"tile_size must be a positive int, got 0"):
+        td.tile(A, 0, 0)
+
+
+def test_concat_key_dim_out_of_range(A):
+    with pytest.raises(ValueError, match=r"concat\(A.*key_dim dim 2 is out of range for A \(key arity 2\)"):
+        td.concat(A, 2, 0)
+
+
+def test_concat_array_dim_out_of_range(A):
+    with pytest.raises(ValueError, match=r"array_dim dim 4 is out of range for A \(chunk rank 2\); valid array dims are 0\.\.1"):
+        td.concat(A, 0, 4)
+
+
+def test_concat_of_mismatched_chunks(A):
+    # concatenating along dim 1 the chunks stacked by key dim 0 (the row blocks)
+    # works only when they agree on dim 0: here 2 == 2, fine; a ragged grid is not
+    C = td.from_numpy(np.ones((5, 6)), (2, 3), name="C")  # row blocks 2, 2, 1
+    with pytest.raises(ValueError, match=r"differ outside array dim 1"):
+        td.concat(C, 0, 1)
+
+
+def test_filter_reads_missing_dim(A):
+    with pytest.raises(ValueError, match=r"filter\(A.*reads key dim 2 but A has key arity 2; valid key dims are 0\.\.1"):
+        td.filter(A, td.k[2] == 0)
+
+
+# -- join dims ------------------------------------------------------------------
+
+def test_join_on_lists_of_different_length(A, B):
+    with pytest.raises(ValueError, match=r"left_on \(0, 1\) and right_on \(0,\) have different lengths"):
+        td.join(A, B, (0, 1), (0,), "add")
+
+
+def test_join_dims_with_different_key_ranges(A):
+    B3 = td.from_numpy(np.ones((6, 4)), (2, 2), name="B3")  # 3 row blocks vs A's 2 column blocks
+    with pytest.raises(ValueError, match=r"left key dim 1 of A takes 0\.\.1 but right key dim 0 of B3 takes 0\.\.2"):
+        td.join(A, B3, (1,), (0,), "matmul")
+
+
+def test_join_dims_with_different_chunk_extents(A):
+    # same number of blocks (2) along the joined dims, but 3+3 columns vs 4+2 rows
+    B42 = td.from_numpy(np.ones((6, 4)), (4, 2), name="B42")
+    with pytest.raises(ValueError, match=r"chunk \(0, 0\) of A \(shape \(2, 3\)\) and chunk \(0, 0\) of B42 \(shape \(4, 2\)\) do not fit: .*inner dims differ"):
+        td.join(A, B42, (1,), (0,), "matmul")
+
+
+def test_kernel_shapes_do_not_fit():
+    L = td.from_numpy(np.ones((2, 3)), (2, 3), name="L")
+    R = td.from_numpy(np.ones((4, 5)), (4, 5), name="R")
+    with pytest.raises(ValueError, match=r"shape \(2, 3\).*shape \(4, 5\).*A @ B of \(2, 3\) and \(4, 5\) needs 3 == 4"):
+        td.join(L, R, (), (), "matmul")
+
+
+def test_aggregate_kernel_must_keep_type(A):
+    with pytest.raises(ValueError, match=r"aggregation kernel must return chunks of its input type|inner dims differ"):
+        td.aggregate(A, (0,), "matmul")  # (2,3) @ (2,3) does not even fit
+
+
+def test_transform_kernel_shape_error():
+    v = td.from_numpy(np.ones(4), 2, name="v")
+    with pytest.raises(ValueError, match=r"transform\(v, kernel='row_sum'\).*needs 2-d chunks, got shape \(2,\)"):
+        td.transform(v, "row_sum")
+
+
+# -- chunks and sources -------------------------------------------------------------
+
+@pytest.mark.parametrize("chunks,msg", [
+    ((0, 2), r"chunk size 0 for dim 0 is not positive; valid chunk sizes are 1\.\.4"),
+    ((2, -3), r"chunk size -3 for dim 1 is not positive"),
+    (0, r"chunk size 0 for dim 0 is not positive"),
+])
+def test_zero_or_negative_chunks(chunks, msg):
+    with pytest.raises(ValueError, match=msg):
+        td.from_numpy(np.ones((4, 6)), chunks, name="Z")
+
+
+def test_chunks_of_wrong_rank():
+    with pytest.raises(ValueError, match=r"from_numpy Z: chunks \(2,\) have 1 entries but the tensor has rank 2"):
+        td.from_numpy(np.ones((4, 6)), (2,), name="Z")
+    with pytest.raises(ValueError, match=r"from_function f: chunks \(2, 2, 2\) have 3 entries but the tensor has rank 2"):
+        td.from_function(lambda k: None, (4, 4), (2, 2, 2), "float64", name="f")
+
+
+def test_from_chunks_mixed_ranks():
+    with pytest.raises(ValueError, match=r"from_chunks M: chunks of different ranks"):
+        td.from_chunks({(0,): np.ones((2, 2)), (1,): np.ones(2)}, name="M")
+
+
+def test_from_chunks_with_holes():
+    with pytest.raises(ValueError, match=r"from_chunks H: the keys have holes below the frontier \(2, 2\): missing \(0, 1\)"):
+        td.from_chunks({(0, 0): np.ones(2), (1, 0): np.ones(2), (1, 1): np.ones(2)}, name="H")
+
+
+def test_from_chunks_mixed_shapes():
+    with pytest.raises(ValueError, match=r"from_chunks S: chunk \(0, 1\) has shape \(2, 3\) but chunk \(0, 0\) has \(2, 2\)"):
+        td.from_chunks({(0, 0): np.ones((2, 2)), (0, 1): np.ones((2, 3))}, name="S")
+
+
+def test_from_chunks_edge_chunks_are_fine():
+    r = td.from_chunks({(0, 0): np.ones((2, 2)), (0, 1): np.ones((2, 1)),
+                        (1, 0): np.ones((1, 2)), (1, 1): np.ones((1, 1))}, name="E")
+    assert td.to_numpy(r).shape == (3, 3)
+
+
+def test_from_chunks_mixed_dtypes():
+    with pytest.raises(ValueError, match=r"from_chunks D: chunks of different dtypes.*float32.*float64"):
+        td.from_chunks({(0,): np.ones(2), (1,): np.ones(2, dtype="float32")}, name="D")
+
+
+def test_from_chunks_duplicate_key_after_normalising():
+    with pytest.raises(ValueError, match=r"appears twice"):
+        td.from_chunks({(0,): np.ones(2), 0: np.ones(2)})
+
+
+@pytest.mark.parametrize("key", [(0.5,), ("a",), (True,), (None,)])
+def test_non_integer_key(key):
+    with pytest.raises(TypeError, match=r"non-integer entry"):
+        td.from_chunks({key: np.ones(2)}, name="N")
+
+
+def test_negative_key():
+    with pytest.raises(ValueError, match=r"negative entry -1"):
+        td.from_chunks({(-1,): np.ones(2)})
+
+
+def test_from_numpy_empty_dim():
+    with pytest.raises(ValueError, match=r"shape \(0, 3\) has an empty or negative dim"):
+        td.from_numpy(np.ones((0, 3)), 1)
+
+
+def test_from_function_wrong_chunk_at_evaluation():
+    r = td.from_function(lambda k: np.ones((3, 3)), (4, 4), 2, "float64", name="bad")
+    with pytest.raises(ValueError, match=r"from_function bad: fn\(\(0, 0\)\) returned a chunk of shape \(3, 3\).*expected shape \(2, 2\)"):
+        td.evaluate(r)
+
+
+# -- rekey ----------------------------------------------------------------------------
+
+def test_rekey_duplicate_keys(A):
+    with pytest.raises(ValueError, match=r"rekey\(A, key\(k0\)\): keys \(0, 0\), \(0, 1\) all map to \(0,\); a rekey must keep keys unique"):
+        td.rekey(A, k0)
+
+
+def test_rekey_with_opaque_callable_duplicates(A):
+    with pytest.raises(ValueError, match=r"must keep keys unique"):
+        td.rekey(A, lambda key: (key[0] + key[1],))
+
+
+def test_rekey_non_integer_key(A):
+    with pytest.raises(TypeError, match=r"key \(0\.0, 0\) has a non-integer entry 0\.0 \(float\)"):
+        td.rekey(A, lambda key: (key[0] / 2, key[1]))
+
+
+def test_rekey_negative_key(A):
+    with pytest.raises(ValueError, match=r"maps to \(-1, 0\), which has a negative entry"):
+        td.rekey(A, (k0 - 1, k1))
+
+
+def test_rekey_reads_missing_dim(A):
+    with pytest.raises(ValueError, match=r"reads key dim 3 but A has key arity 2"):
+        td.rekey(A, (td.k[3],))
+
+
+# -- kernels --------------------------------------------------------------------------
+
+def test_unknown_kernel_name(A):
+    with pytest.raises(ValueError, match=r"unknown kernel 'matmull'; did you mean 'matmul'.*Registered kernels: .*add"):
+        td.join(A, A, (0,), (0,), "matmull")
+
+
+def test_unary_kernel_where_binary_needed(A):
+    with pytest.raises(ValueError, match=r"kernel 'relu' takes 1 chunk\(s\) but this operator needs a binary kernel"):
+        td.aggregate(A, (0,), "relu")
+
+
+def test_not_a_relation():
+    with pytest.raises(TypeError, match=r"aggregate: the input must be a tensor relation.*got ndarray"):
+        td.aggregate(np.ones(3), (), "add")
+
+
+def test_predicate_must_be_boolean(A):
+    with pytest.raises(TypeError, match=r"is a key expression, not a predicate"):
+        td.filter(A, k0 + 1)
+
+
+def test_final_result_with_holes_is_rejected(A):
+    F = td.filter(A, k0 == k1)
+    with pytest.raises(ValueError, match=r"keys have holes below the frontier \(2, 2\) \(missing \(0, 1\)"):
+        td.evaluate(F)
+    assert sorted(td.evaluate(F, check=False)) == [(0, 0), (1, 1)]

@@ -1,0 +1,134 @@
+"""What every node knows without touching arrays, structural identity, shared
+subexpressions and multi-output evaluation."""
+
+import numpy as np
+import pytest
+
+import tra_dask as td
+from tra_dask.keys import k0, k1
+from tra_dask.programs import matmul
+
+
+class CountingLoader:
+    """A from_function loader that records every key it is asked for."""
+
+    def __init__(self, shape, chunks, dtype="float64"):
+        self.shape, self.chunks, self.dtype, self.calls = shape, chunks, dtype, []
+
+    def __call__(self, key):
+        self.calls.append(key)
+        ext = tuple(min(c, n - k * c) for k, c, n in zip(key, self.chunks, self.shape))
+        return np.full(ext, float(sum(key) + 1), dtype=self.dtype)
+
+
+def test_metadata_without_touching_arrays():
+    f = CountingLoader((10, 7), (4, 3), "float32")
+    A = td.from_function(f, (10, 7), (4, 3), "float32", name="A")
+    B = td.from_function(CountingLoader((7, 5), (3, 5), "float32"), (7, 5), (3, 5), "float32", name="B")
+    C = matmul(A, B)
+    J = C.input
+    assert (A.key_arity, A.ntuples, A.frontier, A.dtype) == (2, 9, (3, 3), np.float32)
+    assert A.chunk_shape((2, 2)) == (2, 1) and A.chunk_shape((0, 0)) == (4, 3)
+    assert A.nbytes == 10 * 7 * 4
+    assert J.key_arity == 3 and J.ntuples == 9 * 1 and J.frontier == (3, 3, 1)
+    assert J.chunk_shape((2, 1, 0)) == (2, 5)
+    assert C.keys == [(0, 0), (1, 0), (2, 0)] and C.chunk_shape((2, 0)) == (2, 5)
+    assert C.nbytes == 10 * 5 * 4
+    assert C.type.chunk_shapes() == {(0, 0): (4, 5), (1, 0): (4, 5), (2, 0): (2, 5)}
+    assert f.calls == []  # typing and building never called the loader
+    td.evaluate(C)
+    assert sorted(f.calls) == A.keys  # evaluation loads each chunk once
+
+
+def test_type_at_paper_scale_is_fast_and_exact():
+    # 40,000^2 general matmul with 400x400 chunks: 10^4 tuples per input, 10^6 join tuples
+    import time
+
+    def boom(key):
+        raise AssertionError("planning must not load data")
+
+    t0 = time.perf_counter()
+    A = td.from_function(boom, (40_000, 40_000), 400, "float64", name="X")
+    B = td.from_function(boom, (40_000, 40_000), 400, "float64", name="Y")
+    C = matmul(A, B)
+    elapsed = time.perf_counter() - t0
+    assert A.ntuples == 10_000 and C.input.ntuples == 1_000_000 and C.ntuples == 10_000
+    assert A.nbytes == 40_000**2 * 8 and C.input.nbytes == 100 * 40_000**2 * 8
+    assert elapsed < 20  # generous: ~0.5 s here; a loop over tuples in Python would take minutes
+
+
+def test_edge_chunks_have_true_shapes():
+    R = td.from_numpy(np.zeros((5, 7, 3)), (2, 3, 3))
+    assert R.frontier == (3, 3, 1)
+    assert R.chunk_shape((2, 2, 0)) == (1, 1, 3)
+    assert R.chunk_shape((0, 2, 0)) == (2, 1, 3)
+    assert R.type.bound == (2, 3, 3)
+    assert R.nbytes == 5 * 7 * 3 * 8
+    T = td.tile(R, 1, 2)  # chunks of 3 columns -> tiles of 2 and 1; edge chunk of 1 -> one tile
+    assert T.chunk_shape((0, 0, 0, 1)) == (2, 1, 3)
+    assert (0, 2, 0, 1) not in T.type  # a hole: the 1-column edge chunk has one tile only
+    assert not T.type.is_continuous
+
+
+def test_structural_equality_and_hash():
+    x = np.ones((4, 4))
+    A1, A2 = td.from_numpy(x, 2, name="A"), td.from_numpy(x, 2, name="A")
+    e1 = td.aggregate(td.join(A1, A1, (1,), (0,), "matmul"), (0, 2), "add")
+    e2 = td.aggregate(td.join(A2, A2, [1], [0], "matmul"), [0, 2], "add")
+    assert e1 == e2 and hash(e1) == hash(e2)
+    assert e1 != td.aggregate(td.join(A1, A1, (1,), (0,), "matmul"), (2, 0), "add")
+    assert td.rekey(A1, (k1, k0)) == td.rekey(A1, td.keys.project(1, 0))
+    assert td.filter(A1, k0 == k1) == td.filter(A1, k0 == k1)
+    assert td.filter(A1, k0 == k1) != td.filter(A1, k0 != k1)
+    assert td.from_numpy(x.copy(), 2) != A1  # arrays compare by identity
+    assert len({e1, e2}) == 1
+
+
+def test_repr_reads_like_the_call(RA):
+    e = td.transform(td.rekey(td.filter(RA, k0 == k1), k0), "diag")
+    assert repr(e) == "transform(rekey(filter(R_A, pred=k0 == k1), key_fn=key(k0)), kernel='diag')"
+
+
+def test_shared_subexpression_evaluated_once():
+    f = CountingLoader((6, 6), (2, 2))
+    A = td.from_function(f, (6, 6), 2, "float64", name="A")
+    AA = matmul(A, A)  # A used twice in one expression
+    out = td.evaluate((AA, td.transform(AA, "neg"), matmul(A, A)))  # the third equals the first
+    assert sorted(f.calls) == A.keys  # each chunk loaded once across all outputs
+    a = td.to_numpy(A)
+    np.testing.assert_allclose(td.to_numpy(AA, out[0]), a @ a)
+    np.testing.assert_allclose(td.to_numpy(AA, out[1]), -(a @ a))
+
+
+def test_multi_output_structures():
+    A = td.from_numpy(np.arange(16.0).reshape(4, 4), 2, name="A")
+    s, m = td.aggregate(A, (), "add"), td.aggregate(A, (), "max")
+    tup = td.evaluate((s, m))
+    assert isinstance(tup, tuple) and len(tup) == 2
+    np.testing.assert_array_equal(tup[0][()], [[20, 24], [36, 40]])
+    np.testing.assert_array_equal(tup[1][()], [[10, 11], [14, 15]])
+    d = td.evaluate({"sum": s, "max": m})
+    assert list(d) == ["sum", "max"]
+    np.testing.assert_array_equal(d["max"][()], tup[1][()])
+    lst = td.evaluate([s])
+    assert isinstance(lst, list) and len(lst) == 1
+    with pytest.raises(TypeError, match="item 1 is a int"):
+        td.evaluate((s, 3))
+
+
+def test_methods_match_functions(RA):
+    assert RA.join(RA, (1,), (0,), "matmul").aggregate((0, 2), "add") == matmul(RA, RA)
+    assert RA.tile(1, 1).concat(2, 1) == td.concat(td.tile(RA, 1, 1), 2, 1)
+    np.testing.assert_array_equal(RA.transform("neg").to_numpy(), -td.to_numpy(RA))
+    assert RA.filter(k0 == 0).rekey(k1).evaluate().keys() == {(0,), (1,)}
+
+
+def test_to_numpy_keeps_unsplit_trailing_dims():
+    x = np.arange(12.0).reshape(3, 4)
+    R = td.rekey(td.from_numpy(x, (1, 4)), k0)  # keys (i,), chunks (1, 4)
+    np.testing.assert_array_equal(td.to_numpy(R), x)
+
+
+def test_to_numpy_of_single_chunk_with_empty_key(RA):
+    from helpers import PAPER_A
+    np.testing.assert_array_equal(td.to_numpy(td.aggregate(RA, (), "add")), PAPER_A[:2, :2] + PAPER_A[:2, 2:] + PAPER_A[2:, :2] + PAPER_A[2:, 2:])
