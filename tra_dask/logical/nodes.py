@@ -14,16 +14,16 @@ makes shared subexpressions evaluate once.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..kernels import Kernel, KernelTypeError
 from ..keys import KeyFn, Predicate
+from ..node import Node, toposort
 from ..types import ArrayType, Key, RelationType, Shape, encode_rows, join_pairs, lexsort_rows
 
-__all__ = ["Relation", "Aggregate", "Join", "Rekey", "Filter", "Transform", "Tile", "Concat"]
+__all__ = ["Relation", "Aggregate", "Join", "Rekey", "Filter", "Transform", "Tile", "Concat", "toposort"]
 
 
 def _fmt_keys(keys, limit: int = 4) -> str:
@@ -62,48 +62,10 @@ def _with_shape_rows(keys: np.ndarray, shape_rows: np.ndarray, dtype) -> Relatio
     return RelationType(keys, ids.reshape(-1), [tuple(r) for r in table.tolist()], dtype)
 
 
-class Relation(ABC):
+class Relation(Node):
     """A tensor relation: a TRA expression node.  Subclasses are frozen dataclasses."""
 
     _op: str = "relation"
-
-    # -- identity ----------------------------------------------------------
-    @property
-    def children(self) -> tuple["Relation", ...]:
-        return ()
-
-    @abstractmethod
-    def _params(self) -> tuple:
-        """Hashable tokens of the node's non-child parameters."""
-
-    def __hash__(self) -> int:
-        h = self.__dict__.get("_hash")
-        if h is None:
-            h = hash((type(self).__name__, self._params(), tuple(hash(c) for c in self.children)))
-            object.__setattr__(self, "_hash", h)
-        return h
-
-    def __eq__(self, other) -> bool:
-        if self is other:
-            return True
-        if type(self) is not type(other) or hash(self) != hash(other):
-            return False
-        return self._params() == other._params() and all(
-            a == b for a, b in zip(self.children, other.children)
-        )
-
-    # -- type --------------------------------------------------------------
-    def __post_init__(self):
-        object.__setattr__(self, "_type", self._infer_type())
-
-    @abstractmethod
-    def _infer_type(self) -> RelationType:
-        """Derive (and so validate) this node's type from its children's."""
-
-    @property
-    def type(self) -> RelationType:
-        """Exact key set, chunk shapes and dtype (derived when the node was made)."""
-        return self.__dict__["_type"]
 
     @property
     def key_arity(self) -> int:
@@ -194,7 +156,8 @@ class Relation(ABC):
 
 
 # ---------------------------------------------------------------------------
-# operators
+# operators (their type rules are the module functions ``*_type`` below, shared with
+# the IA operators that implement them)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -218,41 +181,7 @@ class Aggregate(Relation):
         return f"group_by={self.group_by}, kernel={self.kernel!r}"
 
     def _infer_type(self) -> RelationType:
-        where = f"aggregate({self.input.label}, group_by={self.group_by}, kernel={self.kernel!r})"
-        t = self.input.type
-        gb = _check_dims(where, self.input, self.group_by, "group_by", t.arity)
-        object.__setattr__(self, "group_by", gb)
-        if t.ntuples == 0:
-            return RelationType(np.zeros((0, len(gb)), np.int64), [], [], t.dtype)
-        gkeys = t.keys[:, list(gb)]
-        gcode = encode_rows(gkeys)
-        uniq, first, inv = np.unique(gcode, return_index=True, return_inverse=True)
-        inv = inv.reshape(-1)
-        # every group must hold chunks of one shape: the fold maps T x T -> T
-        pair = np.unique(inv * len(t.shapes) + t.shape_ids)
-        if len(pair) != len(uniq):
-            g = int(np.flatnonzero(np.bincount(pair // len(t.shapes)) > 1)[0])
-            members = np.flatnonzero(inv == g)
-            shapes = sorted({t.shapes[t.shape_ids[i]] for i in members})
-            raise ValueError(
-                f"{where}: group {tuple(gkeys[first[g]].tolist())} mixes chunk shapes "
-                f"{', '.join(map(str, shapes))}; an aggregation folds chunks of one shape "
-                f"(group by the dims that index the smaller edge chunks too)"
-            )
-        for sid, s in enumerate(t.shapes):
-            if not np.any(t.shape_ids == sid):
-                continue
-            a = ArrayType(s, t.dtype)
-            try:
-                out = self.kernel.out_type(a, a)
-            except KernelTypeError as e:
-                raise ValueError(f"{where}: {e}") from None
-            if out != a:
-                raise ValueError(
-                    f"{where}: kernel {self.kernel!r} maps two {a} chunks to {out}; an "
-                    f"aggregation kernel must return chunks of its input type"
-                )
-        return RelationType(gkeys[first], t.shape_ids[first], t.shapes, t.dtype)
+        return aggregate_type(self)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -284,50 +213,7 @@ class Join(Relation):
         return tuple(d for d in range(self.right.key_arity) if d not in self.right_on)
 
     def _infer_type(self) -> RelationType:
-        L, R = self.left.type, self.right.type
-        where = (
-            f"join({self.left.label}, {self.right.label}, left_on={self.left_on}, "
-            f"right_on={self.right_on}, kernel={self.kernel!r})"
-        )
-        lo = _check_dims(where, self.left, self.left_on, "left_on", L.arity)
-        ro = _check_dims(where, self.right, self.right_on, "right_on", R.arity)
-        if len(lo) != len(ro):
-            raise ValueError(
-                f"{where}: left_on {lo} and right_on {ro} have different lengths; "
-                f"they pair dims one to one"
-            )
-        object.__setattr__(self, "left_on", lo)
-        object.__setattr__(self, "right_on", ro)
-        for a, b in zip(lo, ro):
-            va, vb = np.unique(L.keys[:, a]), np.unique(R.keys[:, b])
-            if not np.array_equal(va, vb):
-                raise ValueError(
-                    f"{where}: left key dim {a} of {self.left.label} takes {_fmt_range(va)} "
-                    f"but right key dim {b} of {self.right.label} takes {_fmt_range(vb)}; "
-                    f"joined dims must range over the same key values (chunk both tensors "
-                    f"alike along the joined dim)"
-                )
-        li, ri = join_pairs(L.keys[:, list(lo)], R.keys[:, list(ro)])
-        rest = [d for d in range(R.arity) if d not in ro]
-        keys = np.concatenate([L.keys[li], R.keys[ri][:, rest]], axis=1)
-        ns = len(R.shapes)
-        code = L.shape_ids[li] * ns + R.shape_ids[ri]
-        uniq, first, inv = np.unique(code, return_index=True, return_inverse=True)
-        out_shapes, dtypes = [], set()
-        for c, f in zip(uniq.tolist(), first.tolist()):
-            la, ra = ArrayType(L.shapes[c // ns], L.dtype), ArrayType(R.shapes[c % ns], R.dtype)
-            try:
-                out = self.kernel.out_type(la, ra)
-            except KernelTypeError as e:
-                raise ValueError(
-                    f"{where}: chunk {tuple(L.keys[li[f]].tolist())} of {self.left.label} "
-                    f"(shape {la.shape}) and chunk {tuple(R.keys[ri[f]].tolist())} of "
-                    f"{self.right.label} (shape {ra.shape}) do not fit: {e}"
-                ) from None
-            out_shapes.append(out.shape)
-            dtypes.add(out.dtype)
-        dtype = dtypes.pop() if dtypes else np.result_type(L.dtype, R.dtype)
-        return RelationType(keys, inv.reshape(-1), out_shapes, dtype)
+        return join_type(self)
 
 
 def _fmt_range(v: np.ndarray) -> str:
@@ -359,34 +245,7 @@ class Rekey(Relation):
         return f"key_fn={self.key_fn!r}"
 
     def _infer_type(self) -> RelationType:
-        t = self.input.type
-        where = f"rekey({self.input.label}, {self.key_fn!r})"
-        reads = self.key_fn.dims_read
-        if reads is not None and reads and max(reads) >= t.arity:
-            raise ValueError(
-                f"{where}: the key function reads key dim {max(reads)} but {self.input.label} "
-                f"has key arity {t.arity}; valid key dims are 0..{t.arity - 1}"
-            )
-        try:
-            keys, rows = self.key_fn.apply(t.keys)
-        except (TypeError, ValueError) as e:
-            raise type(e)(f"{where}: {e}") from None
-        if keys.size and keys.min() < 0:
-            bad = int(np.flatnonzero((keys < 0).any(axis=1))[0])
-            raise ValueError(
-                f"{where}: key {tuple(t.keys[rows[bad]].tolist())} maps to "
-                f"{tuple(keys[bad].tolist())}, which has a negative entry; keys are non-negative"
-            )
-        out = RelationType(keys, t.shape_ids[rows], t.shapes, t.dtype)
-        dup = out.duplicates()
-        if dup:
-            d = np.array(dup[0])
-            src = t.keys[rows[np.all(keys == d, axis=1)]]
-            raise ValueError(
-                f"{where}: keys {_fmt_keys(src.tolist())} all map to {tuple(dup[0])}; a rekey "
-                f"must keep keys unique ({len(dup)} duplicated key(s) in all)"
-            )
-        return out
+        return rekey_type(self)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -408,16 +267,7 @@ class Filter(Relation):
         return f"pred={self.pred!r}"
 
     def _infer_type(self) -> RelationType:
-        t = self.input.type
-        where = f"filter({self.input.label}, {self.pred!r})"
-        reads = self.pred.dims_read
-        if reads is not None and reads and max(reads) >= t.arity:
-            raise ValueError(
-                f"{where}: the predicate reads key dim {max(reads)} but {self.input.label} "
-                f"has key arity {t.arity}; valid key dims are 0..{t.arity - 1}"
-            )
-        mask = np.asarray(self.pred.evaluate(t.keys), dtype=bool).reshape(-1)
-        return RelationType(t.keys[mask], t.shape_ids[mask], t.shapes, t.dtype, sort=False)
+        return filter_type(self)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -439,17 +289,7 @@ class Transform(Relation):
         return f"kernel={self.kernel!r}"
 
     def _infer_type(self) -> RelationType:
-        t = self.input.type
-        shapes, dtypes = [], set()
-        for s in t.shapes:
-            try:
-                out = self.kernel.out_type(ArrayType(s, t.dtype))
-            except KernelTypeError as e:
-                raise ValueError(f"transform({self.input.label}, kernel={self.kernel!r}): {e}") from None
-            shapes.append(out.shape)
-            dtypes.add(out.dtype)
-        dtype = dtypes.pop() if dtypes else t.dtype
-        return RelationType(t.keys, t.shape_ids, shapes, dtype, sort=False)
+        return transform_type(self)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -474,21 +314,7 @@ class Tile(Relation):
         return f"tile_dim={self.tile_dim}, tile_size={self.tile_size}"
 
     def _infer_type(self) -> RelationType:
-        t = self.input.type
-        where = f"tile({self.input.label}, tile_dim={self.tile_dim}, tile_size={self.tile_size})"
-        (d,) = _check_dims(where, self.input, (self.tile_dim,), "tile_dim", t.rank, unit="array")
-        size = self.tile_size
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
-            raise ValueError(f"{where}: tile_size must be a positive int, got {size!r}")
-        shapes = np.array(t.shapes, dtype=np.int64).reshape(len(t.shapes), t.rank)
-        ntiles = -(-shapes[:, d] // size)
-        counts = ntiles[t.shape_ids]
-        rows = np.repeat(np.arange(t.ntuples), counts)
-        tix = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
-        rows_shape = shapes[t.shape_ids[rows]].copy()
-        rows_shape[:, d] = np.minimum(size, rows_shape[:, d] - tix * size)
-        keys = np.concatenate([t.keys[rows], tix[:, None]], axis=1)
-        return _with_shape_rows(keys, rows_shape, t.dtype)
+        return tile_type(self)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -513,65 +339,214 @@ class Concat(Relation):
         return f"key_dim={self.key_dim}, array_dim={self.array_dim}"
 
     def _infer_type(self) -> RelationType:
-        t = self.input.type
-        where = f"concat({self.input.label}, key_dim={self.key_dim}, array_dim={self.array_dim})"
-        (kd,) = _check_dims(where, self.input, (self.key_dim,), "key_dim", t.arity)
-        (ad,) = _check_dims(where, self.input, (self.array_dim,), "array_dim", t.rank, unit="array")
-        rest = [i for i in range(t.arity) if i != kd]
-        sort_keys = np.concatenate([t.keys[:, rest], t.keys[:, [kd]]], axis=1)
-        order = lexsort_rows(sort_keys)
-        gkeys, pos = t.keys[order][:, rest], t.keys[order][:, kd]
-        shapes = np.array(t.shapes, dtype=np.int64).reshape(len(t.shapes), t.rank)[t.shape_ids[order]]
-        gcode = encode_rows(gkeys)
-        starts = np.flatnonzero(np.r_[True, gcode[1:] != gcode[:-1]]) if len(gcode) else np.zeros(0, int)
-        sizes = np.diff(np.r_[starts, len(gcode)])
-        expected = np.arange(len(pos)) - np.repeat(starts, sizes)
-        if np.any(pos != expected):
-            g = int(np.searchsorted(starts, np.flatnonzero(pos != expected)[0], side="right") - 1)
-            vals = pos[starts[g] : starts[g] + sizes[g]].tolist()
+        return concat_type(self)
+
+
+def aggregate_type(node) -> RelationType:
+    """Type rule of aggregate (also used by the IA operator that implements it)."""
+    where = f"aggregate({node.input.label}, group_by={node.group_by}, kernel={node.kernel!r})"
+    t = node.input.type
+    gb = _check_dims(where, node.input, node.group_by, "group_by", t.arity)
+    object.__setattr__(node, "group_by", gb)
+    if t.ntuples == 0:
+        return RelationType(np.zeros((0, len(gb)), np.int64), [], [], t.dtype)
+    gkeys = t.keys[:, list(gb)]
+    gcode = encode_rows(gkeys)
+    uniq, first, inv = np.unique(gcode, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    # every group must hold chunks of one shape: the fold maps T x T -> T
+    pair = np.unique(inv * len(t.shapes) + t.shape_ids)
+    if len(pair) != len(uniq):
+        g = int(np.flatnonzero(np.bincount(pair // len(t.shapes)) > 1)[0])
+        members = np.flatnonzero(inv == g)
+        shapes = sorted({t.shapes[t.shape_ids[i]] for i in members})
+        raise ValueError(
+            f"{where}: group {tuple(gkeys[first[g]].tolist())} mixes chunk shapes "
+            f"{', '.join(map(str, shapes))}; an aggregation folds chunks of one shape "
+            f"(group by the dims that index the smaller edge chunks too)"
+        )
+    for sid, s in enumerate(t.shapes):
+        if not np.any(t.shape_ids == sid):
+            continue
+        a = ArrayType(s, t.dtype)
+        try:
+            out = node.kernel.out_type(a, a)
+        except KernelTypeError as e:
+            raise ValueError(f"{where}: {e}") from None
+        if out != a:
             raise ValueError(
-                f"{where}: the group {tuple(gkeys[starts[g]].tolist())} has key_dim values "
-                f"{vals}; concat needs each group's key_dim values to be 0..m-1 with no gaps"
+                f"{where}: kernel {node.kernel!r} maps two {a} chunks to {out}; an "
+                f"aggregation kernel must return chunks of its input type"
             )
-        other = [i for i in range(t.rank) if i != ad]
-        if other and len(shapes):
-            lo = np.minimum.reduceat(shapes[:, other], starts, axis=0)
-            hi = np.maximum.reduceat(shapes[:, other], starts, axis=0)
-            if np.any(lo != hi):
-                g = int(np.flatnonzero(np.any(lo != hi, axis=1))[0])
-                members = shapes[starts[g] : starts[g] + sizes[g]].tolist()
-                raise ValueError(
-                    f"{where}: the chunks of group {tuple(gkeys[starts[g]].tolist())} have "
-                    f"shapes {members}, which differ outside array dim {ad}; they cannot be "
-                    f"concatenated along it"
-                )
-        out_shapes = shapes[starts].copy()
-        if len(shapes):
-            out_shapes[:, ad] = np.add.reduceat(shapes[:, ad], starts)
-        return _with_shape_rows(gkeys[starts], out_shapes, t.dtype)
+    return RelationType(gkeys[first], t.shape_ids[first], t.shapes, t.dtype)
+
+
+def join_type(node) -> RelationType:
+    """Type rule of join (also used by the IA operator that implements it)."""
+    L, R = node.left.type, node.right.type
+    where = (
+        f"join({node.left.label}, {node.right.label}, left_on={node.left_on}, "
+        f"right_on={node.right_on}, kernel={node.kernel!r})"
+    )
+    lo = _check_dims(where, node.left, node.left_on, "left_on", L.arity)
+    ro = _check_dims(where, node.right, node.right_on, "right_on", R.arity)
+    if len(lo) != len(ro):
+        raise ValueError(
+            f"{where}: left_on {lo} and right_on {ro} have different lengths; "
+            f"they pair dims one to one"
+        )
+    object.__setattr__(node, "left_on", lo)
+    object.__setattr__(node, "right_on", ro)
+    for a, b in zip(lo, ro):
+        va, vb = np.unique(L.keys[:, a]), np.unique(R.keys[:, b])
+        if not np.array_equal(va, vb):
+            raise ValueError(
+                f"{where}: left key dim {a} of {node.left.label} takes {_fmt_range(va)} "
+                f"but right key dim {b} of {node.right.label} takes {_fmt_range(vb)}; "
+                f"joined dims must range over the same key values (chunk both tensors "
+                f"alike along the joined dim)"
+            )
+    li, ri = join_pairs(L.keys[:, list(lo)], R.keys[:, list(ro)])
+    rest = [d for d in range(R.arity) if d not in ro]
+    keys = np.concatenate([L.keys[li], R.keys[ri][:, rest]], axis=1)
+    ns = len(R.shapes)
+    code = L.shape_ids[li] * ns + R.shape_ids[ri]
+    uniq, first, inv = np.unique(code, return_index=True, return_inverse=True)
+    out_shapes, dtypes = [], set()
+    for c, f in zip(uniq.tolist(), first.tolist()):
+        la, ra = ArrayType(L.shapes[c // ns], L.dtype), ArrayType(R.shapes[c % ns], R.dtype)
+        try:
+            out = node.kernel.out_type(la, ra)
+        except KernelTypeError as e:
+            raise ValueError(
+                f"{where}: chunk {tuple(L.keys[li[f]].tolist())} of {node.left.label} "
+                f"(shape {la.shape}) and chunk {tuple(R.keys[ri[f]].tolist())} of "
+                f"{node.right.label} (shape {ra.shape}) do not fit: {e}"
+            ) from None
+        out_shapes.append(out.shape)
+        dtypes.add(out.dtype)
+    dtype = dtypes.pop() if dtypes else np.result_type(L.dtype, R.dtype)
+    return RelationType(keys, inv.reshape(-1), out_shapes, dtype)
+
+
+def rekey_type(node) -> RelationType:
+    """Type rule of rekey (also used by the IA operator that implements it)."""
+    t = node.input.type
+    where = f"rekey({node.input.label}, {node.key_fn!r})"
+    reads = node.key_fn.dims_read
+    if reads is not None and reads and max(reads) >= t.arity:
+        raise ValueError(
+            f"{where}: the key function reads key dim {max(reads)} but {node.input.label} "
+            f"has key arity {t.arity}; valid key dims are 0..{t.arity - 1}"
+        )
+    try:
+        keys, rows = node.key_fn.apply(t.keys)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{where}: {e}") from None
+    if keys.size and keys.min() < 0:
+        bad = int(np.flatnonzero((keys < 0).any(axis=1))[0])
+        raise ValueError(
+            f"{where}: key {tuple(t.keys[rows[bad]].tolist())} maps to "
+            f"{tuple(keys[bad].tolist())}, which has a negative entry; keys are non-negative"
+        )
+    out = RelationType(keys, t.shape_ids[rows], t.shapes, t.dtype)
+    dup = out.duplicates()
+    if dup:
+        d = np.array(dup[0])
+        src = t.keys[rows[np.all(keys == d, axis=1)]]
+        raise ValueError(
+            f"{where}: keys {_fmt_keys(src.tolist())} all map to {tuple(dup[0])}; a rekey "
+            f"must keep keys unique ({len(dup)} duplicated key(s) in all)"
+        )
+    return out
+
+
+def filter_type(node) -> RelationType:
+    """Type rule of filter (also used by the IA operator that implements it)."""
+    t = node.input.type
+    where = f"filter({node.input.label}, {node.pred!r})"
+    reads = node.pred.dims_read
+    if reads is not None and reads and max(reads) >= t.arity:
+        raise ValueError(
+            f"{where}: the predicate reads key dim {max(reads)} but {node.input.label} "
+            f"has key arity {t.arity}; valid key dims are 0..{t.arity - 1}"
+        )
+    mask = np.asarray(node.pred.evaluate(t.keys), dtype=bool).reshape(-1)
+    return RelationType(t.keys[mask], t.shape_ids[mask], t.shapes, t.dtype, sort=False)
+
+
+def transform_type(node) -> RelationType:
+    """Type rule of transform (also used by the IA operator that implements it)."""
+    t = node.input.type
+    shapes, dtypes = [], set()
+    for s in t.shapes:
+        try:
+            out = node.kernel.out_type(ArrayType(s, t.dtype))
+        except KernelTypeError as e:
+            raise ValueError(f"transform({node.input.label}, kernel={node.kernel!r}): {e}") from None
+        shapes.append(out.shape)
+        dtypes.add(out.dtype)
+    dtype = dtypes.pop() if dtypes else t.dtype
+    return RelationType(t.keys, t.shape_ids, shapes, dtype, sort=False)
+
+
+def tile_type(node) -> RelationType:
+    """Type rule of tile (also used by the IA operator that implements it)."""
+    t = node.input.type
+    where = f"tile({node.input.label}, tile_dim={node.tile_dim}, tile_size={node.tile_size})"
+    (d,) = _check_dims(where, node.input, (node.tile_dim,), "tile_dim", t.rank, unit="array")
+    size = node.tile_size
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
+        raise ValueError(f"{where}: tile_size must be a positive int, got {size!r}")
+    shapes = np.array(t.shapes, dtype=np.int64).reshape(len(t.shapes), t.rank)
+    ntiles = -(-shapes[:, d] // size)
+    counts = ntiles[t.shape_ids]
+    rows = np.repeat(np.arange(t.ntuples), counts)
+    tix = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+    rows_shape = shapes[t.shape_ids[rows]].copy()
+    rows_shape[:, d] = np.minimum(size, rows_shape[:, d] - tix * size)
+    keys = np.concatenate([t.keys[rows], tix[:, None]], axis=1)
+    return _with_shape_rows(keys, rows_shape, t.dtype)
+
+
+def concat_type(node) -> RelationType:
+    """Type rule of concat (also used by the IA operator that implements it)."""
+    t = node.input.type
+    where = f"concat({node.input.label}, key_dim={node.key_dim}, array_dim={node.array_dim})"
+    (kd,) = _check_dims(where, node.input, (node.key_dim,), "key_dim", t.arity)
+    (ad,) = _check_dims(where, node.input, (node.array_dim,), "array_dim", t.rank, unit="array")
+    rest = [i for i in range(t.arity) if i != kd]
+    sort_keys = np.concatenate([t.keys[:, rest], t.keys[:, [kd]]], axis=1)
+    order = lexsort_rows(sort_keys)
+    gkeys, pos = t.keys[order][:, rest], t.keys[order][:, kd]
+    shapes = np.array(t.shapes, dtype=np.int64).reshape(len(t.shapes), t.rank)[t.shape_ids[order]]
+    gcode = encode_rows(gkeys)
+    starts = np.flatnonzero(np.r_[True, gcode[1:] != gcode[:-1]]) if len(gcode) else np.zeros(0, int)
+    sizes = np.diff(np.r_[starts, len(gcode)])
+    expected = np.arange(len(pos)) - np.repeat(starts, sizes)
+    if np.any(pos != expected):
+        g = int(np.searchsorted(starts, np.flatnonzero(pos != expected)[0], side="right") - 1)
+        vals = pos[starts[g] : starts[g] + sizes[g]].tolist()
+        raise ValueError(
+            f"{where}: the group {tuple(gkeys[starts[g]].tolist())} has key_dim values "
+            f"{vals}; concat needs each group's key_dim values to be 0..m-1 with no gaps"
+        )
+    other = [i for i in range(t.rank) if i != ad]
+    if other and len(shapes):
+        lo = np.minimum.reduceat(shapes[:, other], starts, axis=0)
+        hi = np.maximum.reduceat(shapes[:, other], starts, axis=0)
+        if np.any(lo != hi):
+            g = int(np.flatnonzero(np.any(lo != hi, axis=1))[0])
+            members = shapes[starts[g] : starts[g] + sizes[g]].tolist()
+            raise ValueError(
+                f"{where}: the chunks of group {tuple(gkeys[starts[g]].tolist())} have "
+                f"shapes {members}, which differ outside array dim {ad}; they cannot be "
+                f"concatenated along it"
+            )
+    out_shapes = shapes[starts].copy()
+    if len(shapes):
+        out_shapes[:, ad] = np.add.reduceat(shapes[:, ad], starts)
+    return _with_shape_rows(gkeys[starts], out_shapes, t.dtype)
 
 
 # ---------------------------------------------------------------------------
-
-
-def toposort(outputs) -> list[Relation]:
-    """Every node reachable from ``outputs``, children before parents, each once
-    (structurally equal nodes are one node)."""
-    order: list[Relation] = []
-    seen: set = set()
-    stack: list[tuple[Relation, bool]] = [(o, False) for o in reversed(list(outputs))]
-    while stack:
-        node, done = stack.pop()
-        if done:
-            if node not in seen:
-                seen.add(node)
-                order.append(node)
-            continue
-        if node in seen:
-            continue
-        stack.append((node, True))
-        for c in reversed(node.children):
-            if c not in seen:
-                stack.append((c, False))
-    return order
-
