@@ -21,6 +21,8 @@ from .logical import (
     to_numpy,
     transform,
 )
+from .optimizer import Plan, compile
+from .physical import All, KeySites, Part, simulate
 from .types import ArrayType, RelationType
 
 __version__ = "0.1.0"
@@ -29,6 +31,6 @@ __all__ = [
     "Relation", "Kernel", "kernel", "ArrayType", "RelationType",
     "from_numpy", "from_chunks", "from_function",
     "aggregate", "join", "rekey", "filter", "transform", "tile", "concat",
-    "evaluate", "to_numpy",
+    "evaluate", "to_numpy", "compile", "simulate", "Plan", "All", "Part", "KeySites",
     "keys", "kernels", "programs", "k", "k0", "k1", "k2", "k3",
 ]

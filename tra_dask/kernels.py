@@ -116,8 +116,8 @@ class Kernel:
     Parameters
     ----------
     name : str
-        Identity of the kernel: two kernels compare equal iff their names and
-        ``params`` are equal (never by function identity).
+        Name of the kernel: two kernels compare equal iff their names, ``params``
+        and functions are the same (registered kernels are single objects).
     fn : callable
         ``fn(*chunks) -> chunk``; should use :func:`array_module` for array calls.
     arity : int
@@ -136,7 +136,8 @@ class Kernel:
     distributes_over : frozenset of str
         Names of binary kernels ``g`` with ``self(g(a, b)) == g(self(a), self(b))``.
     params : tuple
-        Parameters of a parametrised kernel (e.g. ``scale(0.1)``), part of identity.
+        Parameters of a parametrised kernel (e.g. ``scale(0.1)``), part of identity;
+        passed to ``fn`` after the chunks.
     """
 
     name: str
@@ -160,7 +161,9 @@ class Kernel:
 
     @property
     def token(self):
-        return ("kernel", self.name, self.params, self.fn if self.opaque else None)
+        # the function is part of identity too: two kernels that share a name but not
+        # a function must never be mistaken for one another
+        return ("kernel", self.name, self.params, self.fn)
 
     def __eq__(self, other):
         return isinstance(other, Kernel) and self.token == other.token
@@ -169,7 +172,7 @@ class Kernel:
         return hash(self.token)
 
     def __call__(self, *chunks):
-        return self.fn(*chunks)
+        return self.fn(*chunks, *self.params)
 
     def out_type(self, *inputs: ArrayType) -> ArrayType:
         """Output chunk type for input chunk types; :class:`KernelTypeError` if they
@@ -363,7 +366,7 @@ def _relu_grad(g, z):
     return g * (z > 0)
 
 
-register(Kernel("relu_grad", _relu_grad, 2, _same))
+register(Kernel("relu_grad", _relu_grad, 2, _same, dtype=lambda g, z: np.dtype(g)))
 
 
 def _argmin_with_index(values, index):
@@ -381,7 +384,8 @@ def _argmin_shape(v: Shape, i: Shape) -> Shape:
     return (2,)
 
 
-register(Kernel("argmin_with_index", _argmin_with_index, 2, _argmin_shape, flops=lambda v, i: math.prod(v)))
+register(Kernel("argmin_with_index", _argmin_with_index, 2, _argmin_shape, dtype=lambda v, i: np.dtype(v),
+                flops=lambda v, i: math.prod(v)))
 
 
 def _min_pair(a, b):
@@ -426,6 +430,17 @@ def _row_sum(x): return x.sum(axis=1, keepdims=True)
 def _row_max(x): return x.max(axis=1, keepdims=True)
 
 
+def _sum_dtype(d) -> np.dtype:
+    """numpy's sum promotes small ints and bools to the platform int."""
+    return np.zeros((1, 1), dtype=d).sum(axis=1).dtype
+
+
+def _no_bool(d) -> np.dtype:
+    if np.dtype(d) == np.bool_:
+        raise KernelTypeError("cannot negate boolean chunks")
+    return np.dtype(d)
+
+
 def _square_2d(s: Shape) -> Shape:
     if len(s) != 2:
         raise KernelTypeError(f"needs 2-d chunks, got shape {s}")
@@ -435,11 +450,11 @@ def _square_2d(s: Shape) -> Shape:
 _unary("identity", _ident, distributes_over={"add", "sub", "mul", "div", "min", "max", "matmul"}, flops=lambda s: 0)
 _unary("relu", _relu, distributes_over=_MONOTONE)
 _unary("exp", _exp, dtype=_promote_float, distributes_over=_MONOTONE)
-_unary("neg", _neg, distributes_over=_LINEAR)
+_unary("neg", _neg, dtype=_no_bool, distributes_over=_LINEAR)
 _unary("transpose", _transpose, shape=lambda s: _square_2d(s)[::-1],
        distributes_over=_LINEAR | {"mul", "div"} | _MONOTONE, flops=lambda s: 0)
 _unary("diag", _diag, shape=_square_2d, distributes_over=_LINEAR | {"mul"} | _MONOTONE)
-_unary("row_sum", _row_sum, shape=_row_reduce_shape, distributes_over=_LINEAR)
+_unary("row_sum", _row_sum, shape=_row_reduce_shape, dtype=_sum_dtype, distributes_over=_LINEAR)
 _unary("row_max", _row_max, shape=_row_reduce_shape, distributes_over={"max"})
 
 
@@ -452,5 +467,9 @@ def scale(c: float) -> Kernel:
     (True, False)
     """
     c = float(c)
-    return Kernel("scale", lambda x: x * c, 1, lambda s: s, flops=lambda s: math.prod(s),
-                  distributes_over=_LINEAR, params=(c,))
+    return Kernel("scale", _scale, 1, lambda s: s, dtype=lambda d: np.result_type(d, 1.0),
+                  flops=lambda s: math.prod(s), distributes_over=_LINEAR, params=(c,))
+
+
+def _scale(x, c):
+    return x * c

@@ -110,8 +110,9 @@ class Dim(KeyExpr):
     i: int
 
     def __post_init__(self):
-        if isinstance(self.i, bool) or not isinstance(self.i, int) or self.i < 0:
+        if isinstance(self.i, bool) or not isinstance(self.i, (int, np.integer)) or self.i < 0:
             raise ValueError(f"key dim must be a non-negative int, got {self.i!r}")
+        object.__setattr__(self, "i", int(self.i))
 
     @property
     def token(self):
@@ -174,7 +175,10 @@ class BinOp(KeyExpr):
         return self.a.dims_read | self.b.dims_read
 
     def evaluate(self, keys: np.ndarray) -> np.ndarray:
-        return _ARITH[self.op][1](self.a.evaluate(keys), self.b.evaluate(keys))
+        a, b = self.a.evaluate(keys), self.b.evaluate(keys)
+        if self.op in ("//", "%") and np.any(np.asarray(b) == 0):
+            raise ValueError(f"key expression {self!r} divides by zero for some key")
+        return _ARITH[self.op][1](a, b)
 
     def substitute(self, exprs) -> KeyExpr:
         return BinOp(self.op, self.a.substitute(exprs), self.b.substitute(exprs))
@@ -495,6 +499,11 @@ class InsertDim(KeyFn):
     count: int
 
     def __post_init__(self):
+        for name in ("pos", "count"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"insert_dim: {name} must be an int, got {v!r}")
+            object.__setattr__(self, name, int(v))
         if self.count < 1:
             raise ValueError(f"insert_dim: count must be >= 1, got {self.count}")
         if self.pos < 0:

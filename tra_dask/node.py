@@ -29,16 +29,28 @@ class Node(ABC):
         return h
 
     def __eq__(self, other) -> bool:
-        if self is other:
-            return True
-        if type(self) is not type(other) or hash(self) != hash(other):
-            return False
-        return self._params() == other._params() and all(
-            a == b for a, b in zip(self.children, other.children)
-        )
+        # iterative, each pair of nodes compared once: deep chains do not recurse and
+        # shared subexpressions do not make it exponential
+        stack, seen = [(self, other)], set()
+        while stack:
+            a, b = stack.pop()
+            if a is b or (id(a), id(b)) in seen:
+                continue
+            if type(a) is not type(b) or hash(a) != hash(b) or a._params() != b._params():
+                return False
+            if not a._same_extra(b):
+                return False
+            seen.add((id(a), id(b)))
+            stack.extend(zip(a.children, b.children))
+        return True
+
+    def _same_extra(self, other) -> bool:
+        """Equality of parameters that cannot be tokens (subclasses may override)."""
+        return True
 
     def __post_init__(self):
         object.__setattr__(self, "_type", self._infer_type())
+        hash(self)  # computed once, bottom-up, while the children's hashes are cached
 
     @abstractmethod
     def _infer_type(self) -> RelationType:

@@ -21,9 +21,14 @@ import numpy as np
 from ..kernels import Kernel, KernelTypeError
 from ..keys import KeyFn, Predicate
 from ..node import Node, toposort
-from ..types import ArrayType, Key, RelationType, Shape, encode_rows, join_pairs, lexsort_rows
+from ..types import ArrayType, Key, RelationType, Shape, encode_rows, join_pairs, lexsort_rows, unique
 
 __all__ = ["Relation", "Aggregate", "Join", "Rekey", "Filter", "Transform", "Tile", "Concat", "toposort"]
+
+
+def short_label(op: str, children) -> str:
+    s = f"{op}({', '.join(c.label for c in children)})"
+    return s if len(s) <= 60 else s[:57] + "..."
 
 
 def _fmt_keys(keys, limit: int = 4) -> str:
@@ -104,10 +109,12 @@ class Relation(Node):
     # -- naming ------------------------------------------------------------
     @property
     def label(self) -> str:
-        """Short name used in error messages and plans."""
-        inner = ", ".join(c.label for c in self.children)
-        s = f"{self._op}({inner})"
-        return s if len(s) <= 60 else s[:57] + "..."
+        """Short name used in error messages and plans (computed once)."""
+        s = self.__dict__.get("_label")
+        if s is None:
+            s = short_label(self._op, self.children)
+            object.__setattr__(self, "_label", s)
+        return s
 
     def _fmt_params(self) -> str:
         return ""
@@ -355,7 +362,7 @@ def aggregate_type(node) -> RelationType:
     uniq, first, inv = np.unique(gcode, return_index=True, return_inverse=True)
     inv = inv.reshape(-1)
     # every group must hold chunks of one shape: the fold maps T x T -> T
-    pair = np.unique(inv * len(t.shapes) + t.shape_ids)
+    pair = unique(inv * len(t.shapes) + t.shape_ids)
     if len(pair) != len(uniq):
         g = int(np.flatnonzero(np.bincount(pair // len(t.shapes)) > 1)[0])
         members = np.flatnonzero(inv == g)
@@ -381,8 +388,11 @@ def aggregate_type(node) -> RelationType:
     return RelationType(gkeys[first], t.shape_ids[first], t.shapes, t.dtype)
 
 
-def join_type(node) -> RelationType:
+def join_type(node, strict_ranges: bool = True) -> RelationType:
     """Type rule of join (also used by the IA operator that implements it)."""
+    # strict_ranges: a TRA join of dims that range over different key values is a
+    # user error (tensors chunked differently); the IA's local join is an inner join
+    # and rewrites may legitimately filter one side only, so it passes False.
     L, R = node.left.type, node.right.type
     where = (
         f"join({node.left.label}, {node.right.label}, left_on={node.left_on}, "
@@ -397,8 +407,8 @@ def join_type(node) -> RelationType:
         )
     object.__setattr__(node, "left_on", lo)
     object.__setattr__(node, "right_on", ro)
-    for a, b in zip(lo, ro):
-        va, vb = np.unique(L.keys[:, a]), np.unique(R.keys[:, b])
+    for a, b in zip(lo, ro) if strict_ranges else ():
+        va, vb = unique(L.keys[:, a]), unique(R.keys[:, b])
         if not np.array_equal(va, vb):
             raise ValueError(
                 f"{where}: left key dim {a} of {node.left.label} takes {_fmt_range(va)} "

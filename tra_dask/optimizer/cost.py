@@ -1,0 +1,134 @@
+"""The cost model (paper §5.3), computed bottom-up from exact layouts.
+
+For every plan node: its exact key set, frontier and chunk shapes (the node's type),
+which sites hold which keys (its layout), the floats it moves, the bytes held per
+site while it runs (inputs + output), and the flops each site spends on it.
+
+Two transfer formulas:
+
+* ``"paper"`` — §5.3 as printed: broadcasting a relation of f floats costs f·s,
+  shuffling it costs f (whatever already sits where it is going).
+* ``"exact"`` (default) — only tuples that arrive at a site that does not already
+  hold them: what a real cluster moves, and what the simulator counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..kernels import Kernel
+from ..node import toposort
+from ..types import unique
+from ..physical import Broadcast, KeyArrayMap, LocalAggregate, LocalJoin, LocalMap, PNode, Shuffle
+
+__all__ = ["COST_MODELS", "NodeCost", "Cost", "node_cost", "plan_cost"]
+
+COST_MODELS = ("exact", "paper")
+
+
+@dataclass(frozen=True, eq=False)
+class NodeCost:
+    node: PNode
+    floats_moved: int
+    bytes_moved: int
+    bytes_per_site: np.ndarray       # held by the node's output
+    peak_bytes_per_site: np.ndarray  # inputs + output, while the node runs
+    flops_per_site: np.ndarray
+
+    @property
+    def keys(self) -> int:
+        return self.node.type.ntuples
+
+    @property
+    def tuples(self) -> int:
+        """Physical tuples (a key on k sites counts k times)."""
+        return self.node.layout.ntuples
+
+
+@dataclass(frozen=True, eq=False)
+class Cost:
+    model: str
+    sites: int
+    floats_moved: int
+    bytes_moved: int
+    peak_bytes_per_site: np.ndarray
+    flops_per_site: np.ndarray
+    nodes: dict = field(repr=False)  # PNode -> NodeCost
+
+    @property
+    def flops_balance(self) -> float:
+        """Busiest site's flops over the mean (1.0 = perfectly balanced)."""
+        mean = float(self.flops_per_site.mean())
+        return float(self.flops_per_site.max()) / mean if mean else 1.0
+
+    def __repr__(self):
+        return (f"Cost(model={self.model!r}, floats_moved={self.floats_moved:,}, bytes_moved={self.bytes_moved:,}, "
+                f"peak_bytes_per_site={int(self.peak_bytes_per_site.max()):,}, "
+                f"flops_per_site={self.flops_per_site.tolist()})")
+
+
+def _floats_moved(node: PNode, model: str) -> int:
+    if not isinstance(node, (Broadcast, Shuffle)):
+        return 0
+    if model == "paper":
+        f = node.input.type.nelements
+        return f * node.nsites if isinstance(node, Broadcast) else f
+    lay = node.layout
+    return int(node.type.chunk_sizes[lay.rows[lay.moved]].sum())
+
+
+def _flops_per_site(node: PNode) -> np.ndarray:
+    s, lay = node.nsites, node.layout
+    out = np.zeros(s, dtype=np.float64)
+    if isinstance(node, LocalJoin):
+        lp, rp = lay.lineage
+        lt, rt = node.left.type, node.right.type
+        lsid = lt.shape_ids[node.left.layout.rows[lp]]
+        rsid = rt.shape_ids[node.right.layout.rows[rp]]
+        pair = lsid * len(rt.shapes) + rsid
+        table = {int(c): node.kernel.flops(lt.shapes[c // len(rt.shapes)], rt.shapes[c % len(rt.shapes)])
+                 for c in unique(pair)}
+        w = np.array([table[int(c)] for c in pair], dtype=np.float64) if len(pair) else np.zeros(0)
+        out += np.bincount(lay.sites, weights=w, minlength=s)
+    elif isinstance(node, LocalAggregate) and isinstance(node.kernel, Kernel):
+        (out_index,) = lay.lineage
+        folds = np.bincount(out_index, minlength=lay.ntuples) - 1  # k inputs fold with k-1 calls
+        t = node.type
+        per_shape = np.array([node.kernel.flops(sh, sh) for sh in t.shapes], dtype=np.float64)
+        w = folds * per_shape[t.shape_ids[lay.rows]]
+        out += np.bincount(lay.sites, weights=w, minlength=s)
+    elif isinstance(node, LocalMap) and isinstance(node.op, KeyArrayMap) and node.op.kernel is not None:
+        it, ilay = node.input.type, node.input.layout
+        per_shape = np.array([node.op.kernel.flops(sh) for sh in it.shapes], dtype=np.float64)
+        out += np.bincount(ilay.sites, weights=per_shape[it.shape_ids[ilay.rows]], minlength=s)
+    return out
+
+
+def _bytes_per_site(node: PNode) -> np.ndarray:
+    return node.layout.elements_per_site(node.type) * node.type.dtype.itemsize
+
+
+def node_cost(node: PNode, model: str = "exact") -> NodeCost:
+    if model not in COST_MODELS:
+        raise ValueError(f"unknown cost_model {model!r}; valid: {', '.join(COST_MODELS)}")
+    held = _bytes_per_site(node)
+    peak = held + sum((_bytes_per_site(c) for c in node.children), np.zeros(node.nsites, dtype=np.int64))
+    floats = _floats_moved(node, model)
+    return NodeCost(node, floats, floats * node.type.dtype.itemsize, held, peak, _flops_per_site(node))
+
+
+def plan_cost(outputs, model: str = "exact") -> Cost:
+    """Cost of the plan whose results are ``outputs`` (shared nodes counted once)."""
+    nodes = toposort(outputs)
+    per = {n: node_cost(n, model) for n in nodes}
+    s = nodes[0].nsites if nodes else 1
+    return Cost(
+        model, s,
+        sum(c.floats_moved for c in per.values()),
+        sum(c.bytes_moved for c in per.values()),
+        np.max([c.peak_bytes_per_site for c in per.values()], axis=0) if per else np.zeros(s, np.int64),
+        np.sum([c.flops_per_site for c in per.values()], axis=0) if per else np.zeros(s),
+        per,
+    )

@@ -1,0 +1,105 @@
+"""A physical plan: the IA nodes that produce the results, their cost, and an
+explanation that reads like a query plan."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..node import toposort
+from .cost import COST_MODELS, Cost, plan_cost
+
+__all__ = ["Plan", "COST_MODELS"]
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+class Plan:
+    """The IA plan for one or several results.
+
+    Attributes
+    ----------
+    outputs : tuple of PNode
+        One physical node per result.
+    sites : int
+    cost_model : "exact" or "paper"
+    expr : the TRA expression it implements (None for a hand-built plan)
+    """
+
+    def __init__(self, outputs, rebuild: Callable | None = None, sites: int | None = None,
+                 cost_model: str = "exact", expr=None):
+        self.outputs = tuple(outputs)
+        self.rebuild = rebuild or (lambda rs: rs[0] if len(rs) == 1 else tuple(rs))
+        self.sites = sites if sites is not None else self.outputs[0].nsites
+        if cost_model not in COST_MODELS:
+            raise ValueError(f"unknown cost_model {cost_model!r}; valid: {', '.join(COST_MODELS)}")
+        bad = {o.nsites for o in self.outputs} - {self.sites}
+        if bad:
+            raise ValueError(f"plan for {self.sites} sites has outputs placed on {sorted(bad)} sites")
+        self.cost_model = cost_model
+        self.expr = expr
+        self._cost: Cost | None = None
+
+    @property
+    def nodes(self) -> list:
+        """Every node, children first, each once."""
+        return toposort(self.outputs)
+
+    @property
+    def cost(self) -> Cost:
+        if self._cost is None:
+            self._cost = plan_cost(self.outputs, self.cost_model)
+        return self._cost
+
+    def with_cost_model(self, model: str) -> "Plan":
+        return Plan(self.outputs, self.rebuild, self.sites, model, self.expr)
+
+    def explain(self) -> str:
+        """An indented tree, outputs at the top; per line the operator and its
+        parameters, placement, tuples (keys / physical), floats moved and peak MB per
+        site.  A shared node is printed once and referred to after."""
+        c = self.cost
+        flops = c.flops_per_site
+        lines = [
+            f"Plan on {self.sites} site(s), cost model {c.model!r}: {len(self.nodes)} nodes",
+            f"  floats moved {c.floats_moved:,} ({_fmt_bytes(c.bytes_moved)}); peak "
+            f"{_fmt_bytes(c.peak_bytes_per_site.max())}/site; flops/site max {flops.max():.3g}, "
+            f"mean {flops.mean():.3g} (balance {c.flops_balance:.2f})",
+        ]
+        shown: set = set()
+
+        def walk(node, depth):
+            pad = "  " * (depth + 1)
+            nc = c.nodes[node]
+            if node in shown:
+                lines.append(f"{pad}^ {node.label} (shared, shown above)")
+                return
+            shown.add(node)
+            params = node._fmt_params() if hasattr(node, "_fmt_params") else ""
+            head = node._op if node._op != "source" else f"Source {node.label}"
+            if params:
+                head += f"({params})"
+            free = "" if node._op != "source" else (" free" if node.free else " fixed")
+            lines.append(
+                f"{pad}{head}  [{node.placement!r}{free}]  tuples={nc.keys}/{nc.tuples}  "
+                f"moved={nc.floats_moved:,}  peak={_fmt_bytes(nc.peak_bytes_per_site.max())}/site"
+            )
+            for ch in node.children:
+                walk(ch, depth + 1)
+
+        for i, o in enumerate(self.outputs):
+            if len(self.outputs) > 1:
+                lines.append(f"  output {i}:")
+            walk(o, 1 if len(self.outputs) > 1 else 0)
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return f"<Plan: {len(self.outputs)} output(s), {self.sites} site(s), {len(self.nodes)} nodes>"
+
+    def _repr_pretty_(self, p, cycle):  # IPython
+        p.text(self.explain())

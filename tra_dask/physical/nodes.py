@@ -1,0 +1,425 @@
+"""Implementation-algebra nodes (paper §4): TRA with a site on every tuple.
+
+``Broadcast`` and ``Shuffle`` move tuples between sites; ``LocalJoin``,
+``LocalAggregate``, ``LocalFilter`` and ``LocalMap`` work within each site.  Every
+node is immutable and structurally equal like the logical nodes, and knows when it
+is made both its type (the same type rule as the TRA operator it implements) and its
+:class:`~tra_dask.physical.layout.Layout` — exactly which site holds which key.  A
+plan built by hand that cannot be right (a local join whose inputs never meet, a
+partial aggregate fed to a join) is rejected there, with the keys and sites named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..kernels import Kernel
+from ..keys import KeyFn
+from ..logical.nodes import (_check_dims, short_label, aggregate_type, concat_type, filter_type, join_type, rekey_type,
+                             tile_type, transform_type)
+from ..logical.sources import Source
+from ..node import Node
+from ..types import RelationType
+from . import layout as L
+from .placement import All, KeySites, Part, Placement
+
+__all__ = [
+    "PNode", "PSource", "Broadcast", "Shuffle", "LocalJoin", "LocalAggregate", "LocalFilter", "LocalMap",
+    "KeyArrayMap", "TileMap", "ConcatAgg",
+]
+
+
+class PNode(Node):
+    """A physical relation: an IA expression node."""
+
+    _op = "pnode"
+
+    def __post_init__(self):
+        super().__post_init__()
+        object.__setattr__(self, "_layout", self._infer_layout())
+
+    def _infer_layout(self) -> L.Layout:
+        raise TypeError(f"{type(self).__name__} has no layout rule")
+
+    @property
+    def layout(self) -> L.Layout:
+        """Which site holds which key (derived when the node was made)."""
+        return self.__dict__["_layout"]
+
+    @property
+    def nsites(self) -> int:
+        return self.layout.nsites
+
+    @property
+    def label(self) -> str:
+        s = self.__dict__.get("_label")
+        if s is None:
+            s = short_label(self._op, self.children)
+            object.__setattr__(self, "_label", s)
+        return s
+
+    def _fmt_params(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        extra = self._fmt_params()
+        parts = [repr(c) for c in self.children] + ([extra] if extra else [])
+        return f"{self._op}({', '.join(parts)})"
+
+    @property
+    def placement(self):
+        """A description of the layout: All, Part(dims), an explicit map, or
+        ``"partial"``/``"mixed"`` when none applies."""
+        return _describe(self)
+
+
+def _same_sites(where: str, *nodes: PNode) -> int:
+    counts = {n.nsites for n in nodes}
+    if len(counts) > 1:
+        raise ValueError(f"{where}: inputs are placed on different numbers of sites {sorted(counts)}")
+    return counts.pop()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class PSource(PNode):
+    """A source relation with its initial placement.  ``free``: loading a chunk
+    costs the same on any site (``from_function``, scattered ``from_numpy``), so an
+    optimizer may choose the placement; a fixed placement is where data already is."""
+
+    source: Source
+    placement_: Placement
+    free: bool = True
+    _op = "source"
+
+    def _params(self):
+        return (hash(self.source), self.placement_.token, self.free)
+
+    def _same_extra(self, other) -> bool:
+        return self.source == other.source
+
+    def _infer_type(self) -> RelationType:
+        if not isinstance(self.source, Source):
+            raise TypeError(f"PSource needs a source relation, got {type(self.source).__name__}")
+        return self.source.type
+
+    def _infer_layout(self):
+        p, t = self.placement_, self.type
+        if isinstance(p, All):
+            return L.source_layout(t, None, p.nsites)
+        if isinstance(p, Part):
+            return L.source_layout(t, p.sites(t), p.nsites)
+        if isinstance(p, KeySites):
+            return L.source_layout(t, p.sites(t, self.source.label), p.nsites)
+        raise TypeError(f"source {self.source.label}: unknown placement {p!r}")
+
+    @property
+    def label(self):
+        return self.source.label
+
+    def __repr__(self):
+        return f"{self.source.label}@{self.placement_!r}"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Broadcast(PNode):
+    """Every tuple to every site (output placement All)."""
+
+    input: PNode
+    _op = "Broadcast"
+
+    @property
+    def children(self):
+        return (self.input,)
+
+    def _params(self):
+        return ()
+
+    def _infer_type(self):
+        return self.input.type
+
+    def _infer_layout(self):
+        if self.input.layout.partial:
+            raise ValueError(f"Broadcast({self.input.label}): the input holds partial aggregates; finish them first")
+        return L.broadcast_layout(self.input.layout, self.type)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Shuffle(PNode):
+    """Repartition on the key dims ``dims`` (output placement Part(dims))."""
+
+    input: PNode
+    dims: tuple
+    _op = "Shuffle"
+
+    @property
+    def children(self):
+        return (self.input,)
+
+    def _params(self):
+        return (self.dims,)
+
+    def _fmt_params(self):
+        return f"dims={self.dims}"
+
+    def _infer_type(self):
+        dims = _check_dims(f"Shuffle({self.input.label})", self.input, self.dims, "dims", self.input.type.arity)
+        object.__setattr__(self, "dims", dims)
+        return self.input.type
+
+    def _infer_layout(self):
+        return L.shuffle_layout(self.input.layout, self.type, self.dims)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class LocalJoin(PNode):
+    """Join within each site: only tuples on the same site pair up (paper §4)."""
+
+    left: PNode
+    right: PNode
+    left_on: tuple
+    right_on: tuple
+    kernel: Kernel
+    _op = "LocalJoin"
+
+    @property
+    def children(self):
+        return (self.left, self.right)
+
+    def _params(self):
+        return (self.left_on, self.right_on, self.kernel.token)
+
+    def _fmt_params(self):
+        return f"left_on={self.left_on}, right_on={self.right_on}, kernel={self.kernel!r}"
+
+    def _infer_type(self):
+        return join_type(self, strict_ranges=False)
+
+    def _infer_layout(self):
+        where = f"LocalJoin({self.left.label}, {self.right.label}, left_on={self.left_on}, right_on={self.right_on})"
+        _same_sites(where, self.left, self.right)
+        return L.join_layout(self.left.layout, self.left.type, self.right.layout, self.right.type,
+                             self.left_on, self.right_on, self.type, where, self.left.label, self.right.label)
+
+
+@dataclass(frozen=True, eq=False)
+class ConcatAgg:
+    """The paper's ``arrayConcatOp``: a group aggregation that concatenates the
+    group's chunks along ``array_dim`` in ``key_dim`` order (how concat compiles)."""
+
+    key_dim: int
+    array_dim: int
+
+    @property
+    def token(self):
+        return ("concat", self.key_dim, self.array_dim)
+
+    def __repr__(self):
+        return f"concat(key_dim={self.key_dim}, array_dim={self.array_dim})"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class LocalAggregate(PNode):
+    """Aggregate within each site, grouping by ``group_by`` and site."""
+
+    input: PNode
+    group_by: tuple
+    kernel: object  # Kernel (binary fold) or ConcatAgg
+    _op = "LocalAggregate"
+
+    @property
+    def children(self):
+        return (self.input,)
+
+    def _params(self):
+        return (self.group_by, self.kernel.token)
+
+    def _fmt_params(self):
+        return f"group_by={self.group_by}, kernel={self.kernel!r}"
+
+    def _infer_type(self):
+        if isinstance(self.kernel, ConcatAgg):
+            t = concat_type(SimpleNamespace(input=self.input, key_dim=self.kernel.key_dim, array_dim=self.kernel.array_dim))
+            rest = tuple(d for d in range(self.input.type.arity) if d != self.kernel.key_dim)
+            if tuple(self.group_by) != rest:
+                raise ValueError(
+                    f"LocalAggregate({self.input.label}, {self.kernel!r}): group_by must be the other "
+                    f"key dims {rest}, got {tuple(self.group_by)}"
+                )
+            return t
+        return aggregate_type(self)
+
+    def _infer_layout(self):
+        k = self.kernel
+        can = isinstance(k, Kernel) and k.associative and k.commutative
+        where = f"LocalAggregate({self.input.label}, group_by={self.group_by}, kernel={k!r})"
+        return L.aggregate_layout(self.input.layout, self.input.type, self.group_by, self.type,
+                                  can_be_partial=can, where=where)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class LocalFilter(PNode):
+    input: PNode
+    pred: object
+    _op = "LocalFilter"
+
+    @property
+    def children(self):
+        return (self.input,)
+
+    def _params(self):
+        return (self.pred.token,)
+
+    def _fmt_params(self):
+        return f"pred={self.pred!r}"
+
+    def _infer_type(self):
+        return filter_type(self)
+
+    def _infer_layout(self):
+        t = self.input.type
+        keep = np.asarray(self.pred.evaluate(t.keys), dtype=bool).reshape(-1)
+        src = np.flatnonzero(keep)
+        return L.expand_layout(self.input.layout, t.ntuples, np.arange(len(src)), src)
+
+
+@dataclass(frozen=True, eq=False)
+class KeyArrayMap:
+    """``(keyMapFunc, arrayMapFunc)`` of a LocalMap: a key function of multiplicity
+    m (rekey; ``insert_dim`` for the paper's insertDim/duplicate) and a unary kernel
+    (None = idOp) applied once per tuple, its result shared by the m output keys."""
+
+    key_fn: KeyFn
+    kernel: Kernel | None = None
+
+    @property
+    def token(self):
+        return ("keyarray", self.key_fn.token, None if self.kernel is None else self.kernel.token)
+
+    def out_type(self, inp) -> RelationType:
+        t = rekey_type(SimpleNamespace(input=inp, key_fn=self.key_fn))
+        if self.kernel is None:
+            return t
+        return transform_type(SimpleNamespace(input=SimpleNamespace(type=t, label=inp.label), kernel=self.kernel))
+
+    def lineage(self, t_in: RelationType, t_out: RelationType):
+        keys, src = self.key_fn.apply(t_in.keys)
+        return t_out.locate(keys), src
+
+    @property
+    def is_identity_key(self) -> bool:
+        proj = getattr(self.key_fn, "projection", None)
+        return proj is not None and proj == tuple(range(len(proj)))
+
+    def __repr__(self):
+        parts = [] if self.is_identity_key else [f"key_fn={self.key_fn!r}"]
+        if self.kernel is not None:
+            parts.append(f"kernel={self.kernel!r}")
+        return ", ".join(parts) or "idOp"
+
+
+@dataclass(frozen=True, eq=False)
+class TileMap:
+    """``(keyTileOp, arrayTileOp)`` of a LocalMap: split each chunk along
+    ``tile_dim``; the tile index becomes the new last key dim."""
+
+    tile_dim: int
+    tile_size: int
+
+    @property
+    def token(self):
+        return ("tile", self.tile_dim, self.tile_size)
+
+    def out_type(self, inp) -> RelationType:
+        return tile_type(SimpleNamespace(input=inp, tile_dim=self.tile_dim, tile_size=self.tile_size))
+
+    def lineage(self, t_in: RelationType, t_out: RelationType):
+        sizes = np.array([s[self.tile_dim] for s in t_in.shapes], dtype=np.int64)[t_in.shape_ids]
+        counts = -(-sizes // self.tile_size)
+        src = np.repeat(np.arange(t_in.ntuples), counts)
+        tix = np.arange(len(src)) - np.repeat(np.cumsum(counts) - counts, counts)
+        return t_out.locate(np.concatenate([t_in.keys[src], tix[:, None]], axis=1)), src
+
+    def __repr__(self):
+        return f"tile(tile_dim={self.tile_dim}, tile_size={self.tile_size})"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class LocalMap(PNode):
+    """A multi-map within each site (paper §4): rekey, transform and tile are its
+    special cases (``op`` is a :class:`KeyArrayMap` or a :class:`TileMap`)."""
+
+    input: PNode
+    op: object
+    _op = "LocalMap"
+
+    @property
+    def children(self):
+        return (self.input,)
+
+    def _params(self):
+        return (self.op.token,)
+
+    def _fmt_params(self):
+        return repr(self.op)
+
+    def _infer_type(self):
+        return self.op.out_type(self.input)
+
+    def _infer_layout(self):
+        lay = self.input.layout
+        if lay.partial and not (isinstance(self.op, KeyArrayMap) and self.op.kernel is None):
+            raise ValueError(
+                f"LocalMap({self.input.label}, {self.op!r}): the input holds partial aggregates; "
+                f"only a pure rekey may run on them, finish the aggregation first"
+            )
+        out_rows, src = self.op.lineage(self.input.type, self.type)
+        return L.expand_layout(lay, self.input.type.ntuples, out_rows, src)
+
+
+def _describe(node: PNode):
+    lay, t = node.layout, node.type
+    if isinstance(node, PSource):
+        return node.placement_
+    if lay.partial:
+        return "partial"
+    if isinstance(node, Broadcast):
+        return All(lay.nsites)
+    if isinstance(node, Shuffle):
+        return Part(node.dims, lay.nsites)
+    if lay.is_all(t):
+        return All(lay.nsites)
+    if lay.single_copy():
+        for dims in _candidate_dims(node):
+            if np.array_equal(Part(dims, lay.nsites).sites(t)[lay.rows], lay.sites):
+                return Part(dims, lay.nsites)
+    return "mixed"
+
+
+def _candidate_dims(node: PNode):
+    """Partitionings worth recognising in explain(): the input's, carried through."""
+    arity = node.type.arity
+    seen = []
+    for c in node.children:
+        p = c.placement
+        if isinstance(p, Part):
+            dims = p.dims
+            if isinstance(node, LocalJoin) and c is node.right:
+                dims = tuple(_right_to_out(d, node) for d in dims)
+            if isinstance(node, LocalAggregate):
+                if not set(dims) <= set(node.group_by):
+                    continue
+                dims = tuple(node.group_by.index(d) for d in dims)
+            if all(d is not None and d < arity for d in dims) and dims not in seen:
+                seen.append(dims)
+    seen.append((0,) if arity else ())
+    return seen
+
+
+def _right_to_out(d, node):
+    if d in node.right_on:
+        return node.left_on[node.right_on.index(d)]
+    rest = [r for r in range(node.right.type.arity) if r not in node.right_on]
+    return node.left.type.arity + rest.index(d)

@@ -1,0 +1,143 @@
+"""Placements: which site holds which tuple (paper §4).
+
+* :class:`All` — every tuple on every site (what a broadcast makes).
+* :class:`Part` — partitioned on key dims ``dims``: a tuple's site is a function of
+  its values on those dims alone.  The site function numbers the value combinations
+  of ``dims`` in row-major order over their extents (the relation's frontier along
+  ``dims``) and deals them round-robin to the sites.  So (i) two relations
+  partitioned on dims whose values range alike put equal values on the same site
+  (co-partitioning: what a local join needs), and (ii) value combinations, and so
+  tuples, spread evenly: max − min tuples per site ≤ the tuples per combination.
+* :class:`KeySites` — an explicit key → site map, for sources whose chunks already
+  live somewhere.
+
+>>> from tra_dask.types import grid_type
+>>> t = grid_type((8, 6), (2, 2), "float64")          # keys (i, j), 4 x 3
+>>> Part((1,), 2).sites(t).tolist()                    # site = j mod 2
+[0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0]
+>>> Part((0, 1), 5).sites(t).tolist()                  # site = (3 i + j) mod 5
+[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..types import RelationType, normalize_key
+
+__all__ = ["Placement", "All", "Part", "KeySites", "as_placement"]
+
+
+def _check_nsites(nsites) -> int:
+    if isinstance(nsites, bool) or not isinstance(nsites, (int, np.integer)) or nsites < 1:
+        raise ValueError(f"the number of sites must be an int >= 1, got {nsites!r}")
+    return int(nsites)
+
+
+class Placement:
+    nsites: int
+
+    @property
+    def token(self):
+        return (type(self).__name__,) + tuple(getattr(self, f) for f in self.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class All(Placement):
+    """Every tuple on every one of ``nsites`` sites."""
+
+    nsites: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "nsites", _check_nsites(self.nsites))
+
+    def __repr__(self):
+        return "All"
+
+
+@dataclass(frozen=True)
+class Part(Placement):
+    """Partitioned on the key dims ``dims`` over ``nsites`` sites (see module doc)."""
+
+    dims: tuple
+    nsites: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "nsites", _check_nsites(self.nsites))
+        object.__setattr__(self, "dims", tuple(int(d) for d in self.dims))
+
+    def sites(self, t: RelationType) -> np.ndarray:
+        """The site of every key of a relation of type ``t`` (aligned with t.keys)."""
+        if self.dims and max(self.dims) >= t.arity:
+            raise ValueError(
+                f"{self!r}: key dim {max(self.dims)} does not exist in a relation of "
+                f"key arity {t.arity}; valid key dims are 0..{t.arity - 1}"
+            )
+        return site_function(t.keys[:, list(self.dims)], self.nsites)
+
+    def __repr__(self):
+        return f"Part({', '.join(map(str, self.dims))})"
+
+
+def site_function(values: np.ndarray, nsites: int) -> np.ndarray:
+    """Site of each row of key values: row-major number over the values' extents,
+    mod ``nsites``."""
+    n, d = values.shape
+    if d == 0 or n == 0:
+        return np.zeros(n, dtype=np.int64)
+    extents = values.max(axis=0) + 1
+    lin = np.zeros(n, dtype=np.int64)
+    for j in range(d):
+        lin = lin * int(extents[j]) + values[:, j]
+    return lin % nsites
+
+
+@dataclass(frozen=True)
+class KeySites(Placement):
+    """An explicit site for every key (``items`` sorted ``((key, site), ...)``)."""
+
+    items: tuple
+    nsites: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "nsites", _check_nsites(self.nsites))
+        for key, site in self.items:
+            if not 0 <= site < self.nsites:
+                raise ValueError(f"KeySites: key {key} is placed on site {site}; valid sites are 0..{self.nsites - 1}")
+
+    def sites(self, t: RelationType, label: str = "source") -> np.ndarray:
+        lookup = dict(self.items)
+        out = np.empty(t.ntuples, dtype=np.int64)
+        for i, key in enumerate(t.key_list()):
+            if key not in lookup:
+                raise ValueError(f"placement of {label}: key {key} has no site; every key needs one")
+            out[i] = lookup[key]
+        extra = set(lookup) - set(t.key_list())
+        if extra:
+            raise ValueError(f"placement of {label}: keys {sorted(extra)[:4]} are not keys of {label}")
+        return out
+
+    def __repr__(self):
+        return f"KeySites[{len(self.items)} keys]"
+
+
+def as_placement(spec, nsites: int) -> Placement:
+    """A placement from ``All``/``Part``/``KeySites``, the strings ``"all"``, a tuple of
+    dims (``Part``), or a dict ``{key: site}``."""
+    if isinstance(spec, Placement):
+        if spec.nsites != nsites:
+            raise ValueError(f"placement {spec!r} is for {spec.nsites} sites, the plan has {nsites}")
+        return spec
+    if spec == "all":
+        return All(nsites)
+    if isinstance(spec, (tuple, list)):
+        return Part(tuple(spec), nsites)
+    if isinstance(spec, dict):
+        return KeySites(tuple(sorted((normalize_key(k), int(v)) for k, v in spec.items())), nsites)
+    raise TypeError(
+        f"a placement is All(s), Part(dims, s), KeySites, 'all', a tuple of key dims, or a "
+        f"dict {{key: site}}; got {spec!r}"
+    )
+
