@@ -23,7 +23,7 @@ from ..node import toposort
 from ..types import unique
 from ..physical import Broadcast, KeyArrayMap, LocalAggregate, LocalJoin, LocalMap, PNode, Shuffle
 
-__all__ = ["COST_MODELS", "NodeCost", "Cost", "node_cost", "plan_cost"]
+__all__ = ["COST_MODELS", "NodeCost", "Cost", "node_cost", "plan_cost", "brute_force_frontier"]
 
 COST_MODELS = ("exact", "paper")
 
@@ -45,6 +45,14 @@ class NodeCost:
     def tuples(self) -> int:
         """Physical tuples (a key on k sites counts k times)."""
         return self.node.layout.ntuples
+
+    @property
+    def frontier(self) -> tuple:
+        return self.node.type.frontier
+
+    def site_keys(self) -> list:
+        """The keys each site holds after this node."""
+        return self.node.layout.site_keys(self.node.type)
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,3 +140,24 @@ def plan_cost(outputs, model: str = "exact") -> Cost:
         np.sum([c.flops_per_site for c in per.values()], axis=0) if per else np.zeros(s),
         per,
     )
+
+
+def brute_force_frontier(node: PNode) -> tuple:
+    """The paper's frontier inference for a LocalFilter or LocalMap (§5.3): feed every
+    key below the *input's frontier* to the predicate or key function and take one
+    past the largest value per dim.  It assumes a continuous input, as the paper does;
+    the exact key sets (``node.type``) need no such assumption — tests check the two
+    agree."""
+    from ..physical import LocalFilter
+
+    f_in = node.input.type.frontier
+    grid = np.indices(f_in).reshape(len(f_in), -1).T if f_in else np.zeros((1, 0), np.int64)
+    if isinstance(node, LocalFilter):
+        keys = grid[np.asarray(node.pred.evaluate(grid), dtype=bool)]
+    elif isinstance(node, LocalMap) and isinstance(node.op, KeyArrayMap):
+        keys, _ = node.op.key_fn.apply(grid)
+    else:
+        raise TypeError(f"brute-force frontier inference is for LocalFilter and LocalMap, not {node._op}")
+    if len(keys) == 0:
+        return (0,) * node.type.arity
+    return tuple(int(v) + 1 for v in keys.max(axis=0))
