@@ -7,19 +7,52 @@ once, and the node's type is derived once, when it is made.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 
 from .types import RelationType
 
 
+def token(value):
+    """A hashable, structural stand-in for a parameter (kernels, key functions and
+    predicates carry a ``token``; ints and tuples are their own)."""
+    return value.token if hasattr(value, "token") else value
+
+
 class Node(ABC):
+    _children: tuple = ()  # names of the dataclass fields that hold child nodes
+
     @property
     def children(self) -> tuple["Node", ...]:
-        return ()
+        return tuple(getattr(self, f) for f in self._children)
 
-    @abstractmethod
+    def _param_names(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self) if f.name not in self._children]
+
     def _params(self) -> tuple:
         """Hashable tokens of the node's non-child parameters."""
+        return tuple(token(getattr(self, n)) for n in self._param_names())
+
+    def _fmt_params(self) -> str:
+        return ", ".join(f"{n}={getattr(self, n)!r}" for n in self._param_names())
+
+    _op: str = "node"
+
+    @property
+    def label(self) -> str:
+        """Short name used in error messages and plans (computed once)."""
+        s = self.__dict__.get("_label")
+        if s is None:
+            s = f"{self._op}({', '.join(c.label for c in self.children)})"
+            s = s if len(s) <= 60 else s[:57] + "..."
+            object.__setattr__(self, "_label", s)
+        return s
+
+    def __repr__(self) -> str:
+        """Reads like the call that builds the node."""
+        extra = self._fmt_params()
+        parts = [repr(c) for c in self.children] + ([extra] if extra else [])
+        return f"{self._op}({', '.join(parts)})"
 
     def __hash__(self) -> int:
         h = self.__dict__.get("_hash")

@@ -26,11 +26,6 @@ from ..types import ArrayType, Key, RelationType, Shape, encode_rows, join_pairs
 __all__ = ["Relation", "Aggregate", "Join", "Rekey", "Filter", "Transform", "Tile", "Concat", "toposort"]
 
 
-def short_label(op: str, children) -> str:
-    s = f"{op}({', '.join(c.label for c in children)})"
-    return s if len(s) <= 60 else s[:57] + "..."
-
-
 def _fmt_keys(keys, limit: int = 4) -> str:
     keys = [tuple(k) for k in keys]
     s = ", ".join(str(k) for k in keys[:limit])
@@ -107,22 +102,6 @@ class Relation(Node):
         return self.type.chunk_type(key)
 
     # -- naming ------------------------------------------------------------
-    @property
-    def label(self) -> str:
-        """Short name used in error messages and plans (computed once)."""
-        s = self.__dict__.get("_label")
-        if s is None:
-            s = short_label(self._op, self.children)
-            object.__setattr__(self, "_label", s)
-        return s
-
-    def _fmt_params(self) -> str:
-        return ""
-
-    def __repr__(self) -> str:
-        parts = [repr(c) for c in self.children]
-        extra = self._fmt_params()
-        return f"{self._op}({', '.join(parts + ([extra] if extra else []))})"
 
     # -- fluent API (same semantics as the td.* functions) -----------------
     def aggregate(self, group_by, kernel):
@@ -176,16 +155,7 @@ class Aggregate(Relation):
     group_by: tuple
     kernel: Kernel
     _op = "aggregate"
-
-    @property
-    def children(self):
-        return (self.input,)
-
-    def _params(self):
-        return (self.group_by, self.kernel.token)
-
-    def _fmt_params(self):
-        return f"group_by={self.group_by}, kernel={self.kernel!r}"
+    _children = ("input",)
 
     def _infer_type(self) -> RelationType:
         return aggregate_type(self)
@@ -203,16 +173,7 @@ class Join(Relation):
     right_on: tuple
     kernel: Kernel
     _op = "join"
-
-    @property
-    def children(self):
-        return (self.left, self.right)
-
-    def _params(self):
-        return (self.left_on, self.right_on, self.kernel.token)
-
-    def _fmt_params(self):
-        return f"left_on={self.left_on}, right_on={self.right_on}, kernel={self.kernel!r}"
+    _children = ("left", "right")
 
     @property
     def right_rest(self) -> tuple[int, ...]:
@@ -240,16 +201,7 @@ class Rekey(Relation):
     input: Relation
     key_fn: KeyFn
     _op = "rekey"
-
-    @property
-    def children(self):
-        return (self.input,)
-
-    def _params(self):
-        return (self.key_fn.token,)
-
-    def _fmt_params(self):
-        return f"key_fn={self.key_fn!r}"
+    _children = ("input",)
 
     def _infer_type(self) -> RelationType:
         return rekey_type(self)
@@ -262,16 +214,7 @@ class Filter(Relation):
     input: Relation
     pred: Predicate
     _op = "filter"
-
-    @property
-    def children(self):
-        return (self.input,)
-
-    def _params(self):
-        return (self.pred.token,)
-
-    def _fmt_params(self):
-        return f"pred={self.pred!r}"
+    _children = ("input",)
 
     def _infer_type(self) -> RelationType:
         return filter_type(self)
@@ -284,16 +227,7 @@ class Transform(Relation):
     input: Relation
     kernel: Kernel
     _op = "transform"
-
-    @property
-    def children(self):
-        return (self.input,)
-
-    def _params(self):
-        return (self.kernel.token,)
-
-    def _fmt_params(self):
-        return f"kernel={self.kernel!r}"
+    _children = ("input",)
 
     def _infer_type(self) -> RelationType:
         return transform_type(self)
@@ -309,16 +243,7 @@ class Tile(Relation):
     tile_dim: int
     tile_size: int
     _op = "tile"
-
-    @property
-    def children(self):
-        return (self.input,)
-
-    def _params(self):
-        return (self.tile_dim, self.tile_size)
-
-    def _fmt_params(self):
-        return f"tile_dim={self.tile_dim}, tile_size={self.tile_size}"
+    _children = ("input",)
 
     def _infer_type(self) -> RelationType:
         return tile_type(self)
@@ -334,16 +259,7 @@ class Concat(Relation):
     key_dim: int
     array_dim: int
     _op = "concat"
-
-    @property
-    def children(self):
-        return (self.input,)
-
-    def _params(self):
-        return (self.key_dim, self.array_dim)
-
-    def _fmt_params(self):
-        return f"key_dim={self.key_dim}, array_dim={self.array_dim}"
+    _children = ("input",)
 
     def _infer_type(self) -> RelationType:
         return concat_type(self)

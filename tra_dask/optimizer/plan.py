@@ -80,7 +80,7 @@ class Plan:
                 lines.append(f"{pad}^ {node.label} (shared, shown above)")
                 return
             shown.add(node)
-            params = node._fmt_params() if hasattr(node, "_fmt_params") else ""
+            params = node._fmt_params()
             head = node._op if node._op != "source" else f"Source {node.label}"
             if params:
                 head += f"({params})"

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..kernels import Kernel
 from ..keys import KeyFn
-from ..logical.nodes import (_check_dims, short_label, aggregate_type, concat_type, filter_type, join_type, rekey_type,
+from ..logical.nodes import (_check_dims, aggregate_type, concat_type, filter_type, join_type, rekey_type,
                              tile_type, transform_type)
 from ..logical.sources import Source
 from ..node import Node
@@ -53,21 +53,6 @@ class PNode(Node):
     def nsites(self) -> int:
         return self.layout.nsites
 
-    @property
-    def label(self) -> str:
-        s = self.__dict__.get("_label")
-        if s is None:
-            s = short_label(self._op, self.children)
-            object.__setattr__(self, "_label", s)
-        return s
-
-    def _fmt_params(self) -> str:
-        return ""
-
-    def __repr__(self) -> str:
-        extra = self._fmt_params()
-        parts = [repr(c) for c in self.children] + ([extra] if extra else [])
-        return f"{self._op}({', '.join(parts)})"
 
     @property
     def placement(self):
@@ -119,6 +104,9 @@ class PSource(PNode):
     def label(self):
         return self.source.label
 
+    def _fmt_params(self) -> str:
+        return ""
+
     def __repr__(self):
         return f"{self.source.label}@{self.placement_!r}"
 
@@ -129,13 +117,7 @@ class Broadcast(PNode):
 
     input: PNode
     _op = "Broadcast"
-
-    @property
-    def children(self):
-        return (self.input,)
-
-    def _params(self):
-        return ()
+    _children = ("input",)
 
     def _infer_type(self):
         return self.input.type
@@ -153,16 +135,7 @@ class Shuffle(PNode):
     input: PNode
     dims: tuple
     _op = "Shuffle"
-
-    @property
-    def children(self):
-        return (self.input,)
-
-    def _params(self):
-        return (self.dims,)
-
-    def _fmt_params(self):
-        return f"dims={self.dims}"
+    _children = ("input",)
 
     def _infer_type(self):
         dims = _check_dims(f"Shuffle({self.input.label})", self.input, self.dims, "dims", self.input.type.arity)
@@ -183,16 +156,7 @@ class LocalJoin(PNode):
     right_on: tuple
     kernel: Kernel
     _op = "LocalJoin"
-
-    @property
-    def children(self):
-        return (self.left, self.right)
-
-    def _params(self):
-        return (self.left_on, self.right_on, self.kernel.token)
-
-    def _fmt_params(self):
-        return f"left_on={self.left_on}, right_on={self.right_on}, kernel={self.kernel!r}"
+    _children = ("left", "right")
 
     def _infer_type(self):
         return join_type(self, strict_ranges=False)
@@ -228,16 +192,7 @@ class LocalAggregate(PNode):
     group_by: tuple
     kernel: object  # Kernel (binary fold) or ConcatAgg
     _op = "LocalAggregate"
-
-    @property
-    def children(self):
-        return (self.input,)
-
-    def _params(self):
-        return (self.group_by, self.kernel.token)
-
-    def _fmt_params(self):
-        return f"group_by={self.group_by}, kernel={self.kernel!r}"
+    _children = ("input",)
 
     def _infer_type(self):
         if isinstance(self.kernel, ConcatAgg):
@@ -264,16 +219,7 @@ class LocalFilter(PNode):
     input: PNode
     pred: object
     _op = "LocalFilter"
-
-    @property
-    def children(self):
-        return (self.input,)
-
-    def _params(self):
-        return (self.pred.token,)
-
-    def _fmt_params(self):
-        return f"pred={self.pred!r}"
+    _children = ("input",)
 
     def _infer_type(self):
         return filter_type(self)
@@ -354,13 +300,7 @@ class LocalMap(PNode):
     input: PNode
     op: object
     _op = "LocalMap"
-
-    @property
-    def children(self):
-        return (self.input,)
-
-    def _params(self):
-        return (self.op.token,)
+    _children = ("input",)
 
     def _fmt_params(self):
         return repr(self.op)
