@@ -27,10 +27,21 @@ from .types import ArrayType, RelationType
 
 __version__ = "0.1.0"
 
+_RUNTIME = ("submit", "compute", "from_dask_array", "RelationFutures")
+
+
+def __getattr__(name):
+    # the runtime imports distributed; load it on first use so `import tra_dask` stays light
+    if name in _RUNTIME:
+        from . import runtime
+
+        return getattr(runtime, name)
+    raise AttributeError(f"module 'tra_dask' has no attribute {name!r}")
+
 __all__ = [
     "Relation", "Kernel", "kernel", "ArrayType", "RelationType",
     "from_numpy", "from_chunks", "from_function",
     "aggregate", "join", "rekey", "filter", "transform", "tile", "concat",
-    "evaluate", "to_numpy", "compile", "simulate", "Plan", "All", "Part", "KeySites",
+    "evaluate", "to_numpy", "compile", "simulate", "submit", "compute", "from_dask_array", "RelationFutures", "Plan", "All", "Part", "KeySites",
     "keys", "kernels", "programs", "k", "k0", "k1", "k2", "k3",
 ]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ..kernels import as_kernel
 from ..keys import as_key_fn, as_predicate
-from .nodes import Aggregate, Concat, Filter, Join, Rekey, Relation, Tile, Transform
+from .nodes import Aggregate, Concat, Filter, Join, Rekey, Relation, Tile, Transform, as_relation
 from .sources import from_chunks, from_function, from_numpy
 
 __all__ = [
@@ -27,12 +27,7 @@ __all__ = [
 
 
 def _rel(x, where: str, role: str = "input") -> Relation:
-    if not isinstance(x, Relation):
-        raise TypeError(
-            f"{where}: the {role} must be a tensor relation (td.from_numpy, td.from_chunks, "
-            f"td.from_function or an operator), got {type(x).__name__}"
-        )
-    return x
+    return as_relation(x, where, role)
 
 
 def _dims(dims) -> tuple:

@@ -26,6 +26,20 @@ from ..types import ArrayType, Key, RelationType, Shape, encode_rows, join_pairs
 __all__ = ["Relation", "Aggregate", "Join", "Rekey", "Filter", "Transform", "Tile", "Concat", "toposort"]
 
 
+def as_relation(x, where: str, role: str = "input") -> "Relation":
+    """``x`` as a relation: a Relation, or anything with ``__tra_relation__()`` (the
+    futures of an earlier submission)."""
+    if not isinstance(x, Relation) and hasattr(x, "__tra_relation__"):
+        x = x.__tra_relation__()
+    if not isinstance(x, Relation):
+        raise TypeError(
+            f"{where}: the {role} must be a tensor relation (td.from_numpy, td.from_chunks, "
+            f"td.from_function, td.from_dask_array, submitted futures or an operator), got "
+            f"{type(x).__name__}"
+        )
+    return x
+
+
 def _fmt_keys(keys, limit: int = 4) -> str:
     keys = [tuple(k) for k in keys]
     s = ", ".join(str(k) for k in keys[:limit])

@@ -17,7 +17,7 @@ import numpy as np
 from ..types import Key, RelationType, Shape, grid_type, normalize_chunks, normalize_key
 from .nodes import Relation, _fmt_keys
 
-__all__ = ["Source", "FromNumpy", "FromChunks", "FromFunction"]
+__all__ = ["Source", "FromNumpy", "FromChunks", "FromFunction", "ClusterSource"]
 
 
 class Source(Relation):
@@ -151,6 +151,36 @@ class FromChunks(Source):
             lookup = dict(self.items)
             object.__setattr__(self, "_lookup", lookup)
         return lookup[key]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ClusterSource(Source):
+    """Chunks that already live on a cluster under Dask keys (a persisted dask
+    array's blocks, the futures of an earlier submission).  Its placement is fixed:
+    where the data is.  The logical layer only holds the keys; ``fetch`` (given by the
+    runtime) brings a chunk here for the reference evaluator, and ``keeper`` keeps the
+    cluster data alive while this relation exists."""
+
+    dask_keys: tuple  # ((TRA key, dask key), ...) sorted by TRA key
+    rtype: RelationType
+    name: str
+    fetch: Callable[[Any], Any]
+    keeper: Any = None
+
+    def _params(self):
+        return (self.dask_keys,)
+
+    def _infer_type(self) -> RelationType:
+        if self.rtype.key_list() != [k for k, _ in self.dask_keys]:
+            raise ValueError(f"cluster source {self.name}: its keys do not match its type")
+        return self.rtype
+
+    def load(self, key: Key):
+        lookup = self.__dict__.get("_lookup")
+        if lookup is None:
+            lookup = dict(self.dask_keys)
+            object.__setattr__(self, "_lookup", lookup)
+        return self.fetch(lookup[key])
 
 
 def _check_grid(where: str, keys: np.ndarray, shapes: np.ndarray) -> None:

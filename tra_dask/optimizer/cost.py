@@ -9,7 +9,11 @@ Two transfer formulas:
 * ``"paper"`` — §5.3 as printed: broadcasting a relation of f floats costs f·s,
   shuffling it costs f (whatever already sits where it is going).
 * ``"exact"`` (default) — only tuples that arrive at a site that does not already
-  hold them: what a real cluster moves, and what the simulator counts.
+  hold them, and only those the plan needs (:func:`~tra_dask.physical.demand`: a
+  broadcast copy no local operator reads is never made): what the lowered graph moves
+  on a real cluster, and what the simulator counts.
+
+Held bytes and flops count the needed tuples too: they are the tasks that run.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import numpy as np
 from ..kernels import Kernel
 from ..node import toposort
 from ..types import unique
-from ..physical import Broadcast, KeyArrayMap, LocalAggregate, LocalJoin, LocalMap, PNode, Shuffle
+from ..physical import Broadcast, KeyArrayMap, LocalAggregate, LocalJoin, LocalMap, PNode, Shuffle, demand
 
 __all__ = ["COST_MODELS", "NodeCost", "Cost", "node_cost", "plan_cost", "brute_force_frontier"]
 
@@ -77,21 +81,21 @@ class Cost:
                 f"flops_per_site={self.flops_per_site.tolist()})")
 
 
-def _floats_moved(node: PNode, model: str) -> int:
+def _floats_moved(node: PNode, model: str, need: np.ndarray) -> int:
     if not isinstance(node, (Broadcast, Shuffle)):
         return 0
     if model == "paper":
         f = node.input.type.nelements
         return f * node.nsites if isinstance(node, Broadcast) else f
     lay = node.layout
-    return int(node.type.chunk_sizes[lay.rows[lay.moved]].sum())
+    return int(node.type.chunk_sizes[lay.rows[lay.moved & need]].sum())
 
 
-def _flops_per_site(node: PNode) -> np.ndarray:
+def _flops_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
     s, lay = node.nsites, node.layout
     out = np.zeros(s, dtype=np.float64)
     if isinstance(node, LocalJoin):
-        lp, rp = lay.lineage
+        lp, rp = (a[need] for a in lay.lineage)
         lt, rt = node.left.type, node.right.type
         lsid = lt.shape_ids[node.left.layout.rows[lp]]
         rsid = rt.shape_ids[node.right.layout.rows[rp]]
@@ -99,38 +103,47 @@ def _flops_per_site(node: PNode) -> np.ndarray:
         table = {int(c): node.kernel.flops(lt.shapes[c // len(rt.shapes)], rt.shapes[c % len(rt.shapes)])
                  for c in unique(pair)}
         w = np.array([table[int(c)] for c in pair], dtype=np.float64) if len(pair) else np.zeros(0)
-        out += np.bincount(lay.sites, weights=w, minlength=s)
+        out += np.bincount(lay.sites[need], weights=w, minlength=s)
     elif isinstance(node, LocalAggregate) and isinstance(node.kernel, Kernel):
         (out_index,) = lay.lineage
         folds = np.bincount(out_index, minlength=lay.ntuples) - 1  # k inputs fold with k-1 calls
         t = node.type
         per_shape = np.array([node.kernel.flops(sh, sh) for sh in t.shapes], dtype=np.float64)
-        w = folds * per_shape[t.shape_ids[lay.rows]]
-        out += np.bincount(lay.sites, weights=w, minlength=s)
+        w = (folds * per_shape[t.shape_ids[lay.rows]])[need]
+        out += np.bincount(lay.sites[need], weights=w, minlength=s)
     elif isinstance(node, LocalMap) and isinstance(node.op, KeyArrayMap) and node.op.kernel is not None:
         it, ilay = node.input.type, node.input.layout
+        runs = np.zeros(ilay.ntuples, dtype=bool)  # the kernel runs once per input tuple in use
+        runs[lay.lineage[0][need]] = True
         per_shape = np.array([node.op.kernel.flops(sh) for sh in it.shapes], dtype=np.float64)
-        out += np.bincount(ilay.sites, weights=per_shape[it.shape_ids[ilay.rows]], minlength=s)
+        out += np.bincount(ilay.sites[runs], weights=per_shape[it.shape_ids[ilay.rows[runs]]], minlength=s)
     return out
 
 
-def _bytes_per_site(node: PNode) -> np.ndarray:
-    return node.layout.elements_per_site(node.type) * node.type.dtype.itemsize
+def _bytes_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
+    lay, t = node.layout, node.type
+    w = t.chunk_sizes[lay.rows[need]] * t.dtype.itemsize
+    return np.bincount(lay.sites[need], weights=w, minlength=lay.nsites).astype(np.int64)
 
 
-def node_cost(node: PNode, model: str = "exact") -> NodeCost:
+def node_cost(node: PNode, model: str = "exact", need: dict | None = None) -> NodeCost:
+    """Cost of one node; ``need`` is the plan's demand (default: every tuple)."""
     if model not in COST_MODELS:
         raise ValueError(f"unknown cost_model {model!r}; valid: {', '.join(COST_MODELS)}")
-    held = _bytes_per_site(node)
-    peak = held + sum((_bytes_per_site(c) for c in node.children), np.zeros(node.nsites, dtype=np.int64))
-    floats = _floats_moved(node, model)
-    return NodeCost(node, floats, floats * node.type.dtype.itemsize, held, peak, _flops_per_site(node))
+    if need is None:
+        need = {n: np.ones(n.layout.ntuples, dtype=bool) for n in (node, *node.children)}
+    held = _bytes_per_site(node, need[node])
+    peak = held + sum((_bytes_per_site(c, need[c]) for c in node.children), np.zeros(node.nsites, dtype=np.int64))
+    floats = _floats_moved(node, model, need[node])
+    return NodeCost(node, floats, floats * node.type.dtype.itemsize, held, peak,
+                    _flops_per_site(node, need[node]))
 
 
 def plan_cost(outputs, model: str = "exact") -> Cost:
     """Cost of the plan whose results are ``outputs`` (shared nodes counted once)."""
     nodes = toposort(outputs)
-    per = {n: node_cost(n, model) for n in nodes}
+    need = demand(outputs)
+    per = {n: node_cost(n, model, need) for n in nodes}
     s = nodes[0].nsites if nodes else 1
     return Cost(
         model, s,

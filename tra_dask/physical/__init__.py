@@ -1,6 +1,7 @@
 """The implementation algebra (paper §4): physical nodes, placements, layouts and
 the strict site simulator."""
 
+from .demand import demand, result_copies
 from .layout import Layout
 from .nodes import (Broadcast, ConcatAgg, KeyArrayMap, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PNode,
                     PSource, Shuffle, TileMap)
@@ -10,5 +11,5 @@ from .simulate import SimResult, simulate
 __all__ = [
     "PNode", "PSource", "Broadcast", "Shuffle", "LocalJoin", "LocalAggregate", "LocalFilter", "LocalMap",
     "KeyArrayMap", "TileMap", "ConcatAgg", "Placement", "All", "Part", "KeySites", "as_placement", "Layout",
-    "simulate", "SimResult",
+    "simulate", "SimResult", "demand", "result_copies",
 ]

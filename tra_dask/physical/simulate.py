@@ -1,9 +1,12 @@
 """A strict in-process simulator of IA plans: the second oracle.
 
-Each of the s sites is a list of ``(key, chunk)`` tuples.  A local operator sees only
-its own site's tuples; only :class:`Broadcast` and :class:`Shuffle` move tuples, and
-they count the floats they move as they move them — independently of the cost
-model, so the two can be checked against each other.
+Each of the s sites is a list of tuples.  A local operator sees only its own site's
+tuples; only :class:`Broadcast` and :class:`Shuffle` move tuples.  Every tuple
+remembers the tuples it was made from, so at the end the simulator walks back from
+the results (one copy of each key, the one on the lowest site) and counts the floats
+of the moves that the results actually depend on — the moves a runtime that skips
+unneeded work makes.  This is computed from the simulator's own bookkeeping,
+independently of the layouts and the cost model, so the two check each other.
 """
 
 from __future__ import annotations
@@ -15,21 +18,32 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels import array_module
-from ..logical.evaluate import flatten_outputs as _flatten_logical
 from ..node import toposort
 from .nodes import Broadcast, ConcatAgg, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PNode, PSource, Shuffle, TileMap
 from .placement import site_function
 
 __all__ = ["simulate", "SimResult"]
 
-Sites = list  # list (one per site) of lists of (key, chunk)
+
+class T:
+    """One physical tuple: key, chunk, the floats moved to make it (0 unless a move
+    made it), and the tuples it was made from."""
+
+    __slots__ = ("key", "chunk", "node", "moved", "parents")
+
+    def __init__(self, key, chunk, node, parents=(), moved=0):
+        self.key, self.chunk, self.node, self.parents, self.moved = key, chunk, node, tuple(parents), moved
+
+
+Sites = list  # one list of T per site
 
 
 @dataclass
 class SimResult:
     result: object                 # {key: chunk}, or a tuple/dict of them for several outputs
-    floats_moved: int              # counted by the moves themselves
+    floats_moved: int              # moves the results depend on, counted from provenance
     floats_moved_by_node: dict     # PNode -> floats
+    floats_moved_strict: int       # every move the IA semantics makes (all broadcast copies)
     site_keys: dict                # PNode -> [[keys on site 0], [keys on site 1], ...]
 
 
@@ -37,14 +51,23 @@ def simulate(plan) -> SimResult:
     """Run ``plan`` (a Plan, a physical node, or a tuple/dict of them) on in-process sites."""
     outputs, rebuild = _outputs(plan)
     state: dict[PNode, Sites] = {}
-    moved: dict[PNode, int] = {}
     for node in toposort(outputs):
-        ins = [state[c] for c in node.children]
-        state[node], moved[node] = _STEP[type(node)](node, *ins)
-    results = [_gather(o, state[o]) for o in outputs]
+        state[node] = _STEP[type(node)](node, *(state[c] for c in node.children))
+    chosen = [_choose(o, state[o]) for o in outputs]
+    moved = {n: 0 for n in state}
+    seen: set = set()
+    stack = [t for c in chosen for t in c.values()]
+    while stack:
+        t = stack.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        moved[t.node] += t.moved
+        stack.extend(t.parents)
+    strict = sum(t.moved for sites in state.values() for site in sites for t in site)
     return SimResult(
-        rebuild(results), int(sum(moved.values())), moved,
-        {n: [[k for k, _ in site] for site in tuples] for n, tuples in state.items()},
+        rebuild([{k: t.chunk for k, t in c.items()} for c in chosen]), int(sum(moved.values())), moved, int(strict),
+        {n: [[t.key for t in site] for site in sites] for n, sites in state.items()},
     )
 
 
@@ -53,24 +76,24 @@ def _outputs(plan):
         return list(plan.outputs), plan.rebuild
     if isinstance(plan, PNode):
         return [plan], lambda rs: rs[0]
-    if isinstance(plan, (tuple, list)):
+    if isinstance(plan, (tuple, list)) and all(isinstance(p, PNode) for p in plan):
         return list(plan), lambda rs: tuple(rs) if isinstance(plan, tuple) else list(rs)
-    if isinstance(plan, dict):
+    if isinstance(plan, dict) and all(isinstance(p, PNode) for p in plan.values()):
         names = list(plan)
         return [plan[n] for n in names], lambda rs: dict(zip(names, rs))
-    _flatten_logical(plan)  # raises a clear TypeError for anything else
     raise TypeError("simulate() takes a Plan or physical nodes; compile a TRA expression first (td.compile)")
 
 
-def _gather(node: PNode, sites: Sites) -> dict:
+def _choose(node: PNode, sites: Sites) -> dict:
+    """One copy per key, from the lowest site; all copies must agree."""
     out: dict = {}
     for tuples in sites:
-        for key, chunk in tuples:
-            if key in out:
-                if not np.array_equal(np.asarray(out[key]), np.asarray(chunk)):
-                    raise RuntimeError(f"{node.label}: copies of key {key} differ between sites (partial result?)")
+        for t in tuples:
+            if t.key in out:
+                if not np.array_equal(np.asarray(out[t.key].chunk), np.asarray(t.chunk)):
+                    raise RuntimeError(f"{node.label}: copies of key {t.key} differ between sites (partial result?)")
             else:
-                out[key] = chunk
+                out[t.key] = t
     return out
 
 
@@ -79,29 +102,26 @@ def _size(chunk) -> int:
 
 
 def _source(node: PSource):
-    s = node.nsites
-    sites: Sites = [[] for _ in range(s)]
+    sites: Sites = [[] for _ in range(node.nsites)]
     lay, keys = node.layout, node.type.key_list()
     chunks = {k: node.source.load(k) for k in keys}
     for r, site in zip(lay.rows.tolist(), lay.sites.tolist()):
-        sites[site].append((keys[r], chunks[keys[r]]))
-    return sites, 0
+        sites[site].append(T(keys[r], chunks[keys[r]], node))
+    return sites
 
 
 def _broadcast(node: Broadcast, inp: Sites):
     s = len(inp)
-    held = [{k: a for k, a in site} for site in inp]
+    held = [{t.key: t for t in site} for site in inp]
     out: Sites = [[] for _ in range(s)]
-    moved = 0
     for key in sorted({k for site in held for k in site}):
         copy = next(h[key] for h in held if key in h)
         for dest in range(s):
             if key in held[dest]:
-                out[dest].append((key, held[dest][key]))
+                out[dest].append(T(key, held[dest][key].chunk, node, [held[dest][key]]))
             else:
-                out[dest].append((key, copy))
-                moved += _size(copy)
-    return out, moved
+                out[dest].append(T(key, copy.chunk, node, [copy], _size(copy.chunk)))
+    return out
 
 
 def _shuffle(node: Shuffle, inp: Sites):
@@ -109,26 +129,24 @@ def _shuffle(node: Shuffle, inp: Sites):
     t = node.type
     dest_of = dict(zip(t.key_list(), site_function(t.keys[:, list(node.dims)], s).tolist()))
     out: Sites = [[] for _ in range(s)]
-    moved = 0
     if node.input.layout.partial:  # every partial copy goes to its destination
         for here, tuples in enumerate(inp):
-            for key, a in tuples:
-                out[dest_of[key]].append((key, a))
-                moved += _size(a) if dest_of[key] != here else 0
-        return out, moved
-    held = [dict(tuples) for tuples in inp]  # complete: at most one copy of a key per site
+            for x in tuples:
+                d = dest_of[x.key]
+                out[d].append(T(x.key, x.chunk, node, [x], _size(x.chunk) if d != here else 0))
+        return out
+    held = [{x.key: x for x in tuples} for tuples in inp]  # complete: one copy of a key per site
     placed = set()
     for key, d in dest_of.items():  # use a copy already at the destination if there is one
         if key in held[d]:
-            out[d].append((key, held[d][key]))
+            out[d].append(T(key, held[d][key].chunk, node, [held[d][key]]))
             placed.add(key)
-    for here, tuples in enumerate(inp):
-        for key, a in tuples:
-            if key not in placed:
-                out[dest_of[key]].append((key, a))
-                moved += _size(a)
-                placed.add(key)
-    return out, moved
+    for tuples in inp:
+        for x in tuples:
+            if x.key not in placed:
+                out[dest_of[x.key]].append(T(x.key, x.chunk, node, [x], _size(x.chunk)))
+                placed.add(x.key)
+    return out
 
 
 def _local_join(node: LocalJoin, left: Sites, right: Sites):
@@ -136,36 +154,37 @@ def _local_join(node: LocalJoin, left: Sites, right: Sites):
     out: Sites = []
     for ltuples, rtuples in zip(left, right):
         index = defaultdict(list)
-        for rk, ra in rtuples:
-            index[tuple(rk[d] for d in node.right_on)].append((rk, ra))
+        for r in rtuples:
+            index[tuple(r.key[d] for d in node.right_on)].append(r)
         site = []
-        for lk, la in ltuples:
-            for rk, ra in index.get(tuple(lk[d] for d in node.left_on), ()):
-                site.append((lk + tuple(rk[d] for d in rest), node.kernel(la, ra)))
+        for lt in ltuples:
+            for r in index.get(tuple(lt.key[d] for d in node.left_on), ()):
+                site.append(T(lt.key + tuple(r.key[d] for d in rest), node.kernel(lt.chunk, r.chunk), node, [lt, r]))
         out.append(site)
-    return out, 0
+    return out
 
 
 def _local_aggregate(node: LocalAggregate, inp: Sites):
     out: Sites = []
     for tuples in inp:
         groups = defaultdict(list)
-        for key, a in sorted(tuples, key=lambda kv: kv[0]):
-            groups[tuple(key[d] for d in node.group_by)].append((key, a))
+        for x in sorted(tuples, key=lambda x: x.key):
+            groups[tuple(x.key[d] for d in node.group_by)].append(x)
         site = []
         for g, members in groups.items():
             if isinstance(node.kernel, ConcatAgg):
                 kd = node.kernel.key_dim
-                chunks = [a for _, a in sorted(members, key=lambda kv: kv[0][kd])]
-                site.append((g, array_module(chunks[0]).concatenate(chunks, axis=node.kernel.array_dim)))
+                chunks = [x.chunk for x in sorted(members, key=lambda x: x.key[kd])]
+                chunk = array_module(chunks[0]).concatenate(chunks, axis=node.kernel.array_dim)
             else:
-                site.append((g, functools.reduce(node.kernel, [a for _, a in members])))
+                chunk = functools.reduce(node.kernel, [x.chunk for x in members])
+            site.append(T(g, chunk, node, members))
         out.append(site)
-    return out, 0
+    return out
 
 
 def _local_filter(node: LocalFilter, inp: Sites):
-    return [[(k, a) for k, a in tuples if node.pred(k)] for tuples in inp], 0
+    return [[T(x.key, x.chunk, node, [x]) for x in tuples if node.pred(x.key)] for tuples in inp]
 
 
 def _local_map(node: LocalMap, inp: Sites):
@@ -173,20 +192,21 @@ def _local_map(node: LocalMap, inp: Sites):
     out: Sites = []
     for tuples in inp:
         site = []
-        for key, a in tuples:
+        for x in tuples:
+            a = x.chunk
             if isinstance(op, TileMap):
                 d, size = op.tile_dim, op.tile_size
                 for t, start in enumerate(range(0, a.shape[d], size)):
                     idx = [slice(None)] * a.ndim
                     idx[d] = slice(start, start + size)
-                    site.append((key + (t,), a[tuple(idx)]))
+                    site.append(T(x.key + (t,), a[tuple(idx)], node, [x]))
             else:
-                new = op.key_fn(key)
+                new = op.key_fn(x.key)
                 chunk = a if op.kernel is None else op.kernel(a)
                 for nk in new if op.key_fn.multiplicity > 1 else [new]:
-                    site.append((nk, chunk))
+                    site.append(T(nk, chunk, node, [x]))
         out.append(site)
-    return out, 0
+    return out
 
 
 _STEP = {

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from ..logical import Relation, aggregate, join, transform
+from ..logical.nodes import as_relation
 
 
-def _need_matrix(where: str, name: str, rel: Relation) -> None:
-    if not isinstance(rel, Relation):
-        raise TypeError(f"{where}: {name} must be a tensor relation, got {type(rel).__name__}")
+def _need_matrix(where: str, name: str, rel: Relation) -> Relation:
+    rel = as_relation(rel, where, name)
     if rel.key_arity != 2 or rel.rank != 2:
         raise ValueError(
             f"{where}: {name} = {rel.label} must be a chunked matrix (key arity 2, 2-d chunks); "
             f"it has key arity {rel.key_arity} and chunk rank {rel.rank}"
         )
+    return rel
 
 
 def matmul(A: Relation, B: Relation) -> Relation:
@@ -25,15 +26,15 @@ def matmul(A: Relation, B: Relation) -> Relation:
     >>> bool(np.allclose(td.to_numpy(C), a @ b))
     True
     """
-    _need_matrix("matmul", "A", A)
-    _need_matrix("matmul", "B", B)
+    A = _need_matrix("matmul", "A", A)
+    B = _need_matrix("matmul", "B", B)
     return aggregate(join(A, B, (1,), (0,), "matmul"), (0, 2), "add")
 
 
 def softmax_rows(Z: Relation) -> Relation:
     """Row-wise softmax of a chunked matrix, stable (row max subtracted first):
     the row max and row sum are aggregations over the column-block key dim."""
-    _need_matrix("softmax_rows", "Z", Z)
+    Z = _need_matrix("softmax_rows", "Z", Z)
     row_max = aggregate(transform(Z, "row_max"), (0,), "max")
     E = transform(join(Z, row_max, (0,), (0,), "sub"), "exp")
     row_sum = aggregate(transform(E, "row_sum"), (0,), "add")

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..keys import k1
 from ..logical import Relation, aggregate, from_function, join, rekey, transform
+from ..logical.nodes import as_relation
 from .linalg import _need_matrix
 
 
@@ -35,8 +36,9 @@ def nearest_neighbor(x_q: Relation, X: Relation, A: Relation) -> Relation:
     2**24 rows for float32, 2**53 for float64.)
     """
     where = "nearest_neighbor"
-    _need_matrix(where, "X", X)
-    _need_matrix(where, "A", A)
+    X = _need_matrix(where, "X", X)
+    A = _need_matrix(where, "A", A)
+    x_q = as_relation(x_q, where, "x_q")
     if x_q.key_arity == 2:
         if x_q.frontier[0] != 1:
             raise ValueError(f"{where}: x_q = {x_q.label} must be one row (key dim 0 frontier 1), got frontier {x_q.frontier}")

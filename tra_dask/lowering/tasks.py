@@ -1,0 +1,44 @@
+"""Functions that run inside worker tasks.  Module-level and small, so that tasks
+pickle by reference; kernels receive chunks in their own array module."""
+
+from __future__ import annotations
+
+import functools
+
+
+def identity(x):
+    """A transfer: the task runs on the destination worker, so dask moves ``x`` there."""
+    return x
+
+
+def apply(fn, params, *chunks):
+    return fn(*chunks, *params)
+
+
+def fold(fn, params, *chunks):
+    """One group of a local aggregation, folded left in key order."""
+    return functools.reduce(lambda a, b: fn(a, b, *params), chunks)
+
+
+def concat(axis, *chunks):
+    from ..kernels import array_module
+
+    return array_module(chunks[0]).concatenate(chunks, axis=axis)
+
+
+def tile_slice(x, dim, start, stop):
+    idx = [slice(None)] * x.ndim
+    idx[dim] = slice(start, stop)
+    return x[tuple(idx)]
+
+
+def load(fn, key, shape, dtype, name):
+    """Make a ``from_function`` chunk on its site and check it against its type."""
+    chunk = fn(key)
+    got_shape, got_dtype = tuple(getattr(chunk, "shape", ())), getattr(chunk, "dtype", None)
+    if got_shape != shape or str(got_dtype) != dtype:
+        raise ValueError(
+            f"from_function {name}: fn({key}) returned a chunk of shape {got_shape} and dtype "
+            f"{got_dtype}; expected shape {shape} and dtype {dtype}"
+        )
+    return chunk
