@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml | $(PY)
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/tra-dask run matmul --shape general --scale 0.05
+	$(VENV)/bin/tra-dask run matmul --shape general --scale 0.1 --sites 2
 
 test: $(STAMP)
 	$(PY) -m pytest tra_dask tests

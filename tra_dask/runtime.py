@@ -155,12 +155,41 @@ def _who_has(client: Client, keys: list) -> dict:
     return client.run_on_scheduler(ask)
 
 
+def _wait_done(futures, client: Client | None = None, pinned=(), timeout: float | None = None) -> None:
+    """Poll until every future is done (``distributed.wait`` needs a default client,
+    which an embedded cluster is not).  With ``pinned`` workers, fail fast if one of
+    them leaves the cluster: tasks pinned to it could never run."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pending, last_check = list(futures), 0.0
+    while pending:
+        pending = [f for f in pending if not f.done()]
+        if not pending:
+            return
+        now = time.monotonic()
+        if pinned and now - last_check > 0.5:
+            last_check = now
+            gone = set(pinned) - set(client.scheduler_info(n_workers=-1)["workers"])
+            if gone:
+                sites = sorted(list(pinned).index(w) for w in gone)
+                raise RuntimeError(
+                    f"worker(s) {sorted(gone)} (site(s) {sites}) left the cluster; tasks of this plan "
+                    f"are pinned to them and cannot run (re-submit on the remaining workers)"
+                )
+        if deadline is not None and now > deadline:
+            raise TimeoutError(f"{len(pending)} of {len(futures)} chunks not done after {timeout} s")
+        time.sleep(0.02)
+
+
 def _cluster_placements(expr, client: Client, workers: list[str]) -> dict:
     """Fixed placements of cluster-resident sources: where their data is."""
     sources = [n for n in toposort(flatten_outputs(expr)[0]) if isinstance(n, ClusterSource)]
     out = {}
     for src in sources:
-        who = _who_has(client, [k for _, k in src.dask_keys])
+        keys = [k for _, k in src.dask_keys]
+        who = _who_has(client, keys)
+        if len(who) < len(keys):  # still being computed: wait for them, then ask again
+            _wait_done([Future(k, client) for k in keys if k not in who])
+            who = _who_has(client, keys)
         items = []
         for tra_key, dk in src.dask_keys:
             holders = [w for w in who.get(dk, ()) if w in workers]
@@ -300,29 +329,7 @@ class RelationFutures(Mapping):
         """Wait until every chunk is computed.  Raises the first task error, or a
         clear error if a worker that the plan pins tasks to leaves the cluster."""
         _check_client(self.client)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        pending = [f for f in self._futures.values()]
-        planned = set(self.lowered.workers)
-        while True:
-            pending = [f for f in pending if not f.done()]
-            if not pending:
-                break
-            alive = set(self.client.scheduler_info(n_workers=-1)["workers"])
-            gone = planned - alive
-            if gone:
-                sites = sorted(self.lowered.workers.index(w) for w in gone)
-                raise RuntimeError(
-                    f"worker(s) {sorted(gone)} (site(s) {sites}) left the cluster; tasks of this plan "
-                    f"are pinned to them and cannot run (re-submit on the remaining workers)"
-                )
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"{len(pending)} of {len(self)} chunks not done after {timeout} s")
-            try:
-                from distributed import wait as _wait
-
-                _wait(pending, timeout=0.5)
-            except Exception:
-                pass
+        _wait_done(list(self._futures.values()), self.client, self.lowered.workers, timeout)
         for f in self._futures.values():
             if f.status == "error":
                 raise f.exception()

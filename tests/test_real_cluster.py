@@ -1,0 +1,68 @@
+"""A real cluster started with the `dask scheduler` and `dask worker` commands."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from distributed import Client
+
+import tra_dask as td
+from tra_dask.programs import matmul, random_uniform
+
+DASK = str(Path(sys.executable).with_name("dask"))
+
+
+def _start(args, env):
+    return subprocess.Popen([DASK, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture
+def real_cluster(tmp_path):
+    sched_file = tmp_path / "scheduler.json"
+    env = dict(os.environ, DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH="1000000")
+    procs = [_start(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                     "--scheduler-file", str(sched_file)], env)]
+    try:
+        deadline = time.monotonic() + 60
+        while not sched_file.exists() and time.monotonic() < deadline:
+            if procs[0].poll() is not None:
+                pytest.fail(f"dask scheduler exited: {procs[0].stderr.read()}")
+            time.sleep(0.1)
+        for _ in range(2):
+            procs.append(_start(["worker", "--scheduler-file", str(sched_file), "--host", "127.0.0.1",
+                                 "--nworkers", "1", "--nthreads", "1", "--no-dashboard", "--no-nanny"], env))
+        yield sched_file, procs
+    finally:
+        for p in procs[::-1]:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def test_submit_on_a_dask_scheduler_cluster(real_cluster):
+    sched_file, procs = real_cluster
+    address = json.loads(sched_file.read_text())["address"]
+    assert address.startswith("tcp://127.0.0.1:")
+    with Client(scheduler_file=str(sched_file), timeout="30s") as client:
+        client.wait_for_workers(2, timeout=60)
+        workers = client.scheduler_info()["workers"]
+        assert all(w.startswith("tcp://127.0.0.1:") for w in workers)  # nothing on 0.0.0.0
+        X = random_uniform((600, 400), (200, 200), seed=3, name="X")
+        Y = random_uniform((400, 300), (200, 150), seed=4, name="Y")
+        rf = td.submit(matmul(X, Y), client=client)
+        np.testing.assert_allclose(rf.to_numpy(), td.to_numpy(X) @ td.to_numpy(Y), rtol=1e-10, atol=1e-10)
+        ran, planned = rf.ran_on(), rf.planned_on()
+        assert set(ran) == set(planned) and all(ran[k] == w for k, w in planned.items())
+        assert rf.transfers() == rf.plan.cost.bytes_moved
+        client.shutdown()  # stops the scheduler and the workers this test started
+    for p in procs:
+        assert p.wait(timeout=30) is not None

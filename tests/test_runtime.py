@@ -1,0 +1,191 @@
+"""The lowering and runtime on a real LocalCluster(processes=True, n_workers=3)."""
+
+import logging
+import os
+import signal
+import time
+
+import dask
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+import tra_dask as td
+from tra_dask.keys import k0, k1
+from tra_dask.physical import LocalAggregate, LocalJoin, Part, PSource, Shuffle
+from tra_dask.programs import ffnn_forward, matmul, nearest_neighbor, random_uniform
+
+CONFIG = {"distributed.admin.low-level-log-length": 1_000_000, "distributed.scheduler.no-workers-timeout": "5s"}
+
+
+@pytest.fixture(scope="module")
+def client():
+    with dask.config.set(CONFIG):
+        with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, host="127.0.0.1",
+                          dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster:
+            with Client(cluster) as c:
+                yield c
+
+
+rng = np.random.default_rng(11)
+a, b = rng.normal(size=(9, 7)), rng.normal(size=(7, 5))
+A, B = td.from_numpy(a, (4, 3), name="A"), td.from_numpy(b, (3, 2), name="B")
+M = td.from_numpy(rng.normal(size=(8, 8)), 2, name="M")
+
+PROGRAMS = {
+    "matmul": matmul(A, B),
+    "aggregate": td.aggregate(M, (1,), "add"),
+    "concat of tile": td.concat(td.tile(M, 1, 1), 2, 1),
+    "diagonal": td.transform(td.rekey(td.filter(M, k0 == k1), k0), "diag"),
+    "nearest neighbour": nearest_neighbor(td.from_numpy(rng.normal(size=8), 2), M, td.from_numpy(np.eye(8), 2)),
+    "ffnn": ffnn_forward(A, B, td.from_numpy(rng.normal(size=(5, 3)), (2, 3))),
+    "from_function": matmul(random_uniform((10, 6), (4, 3), seed=1, name="X"), random_uniform((6, 4), (3, 2), seed=2, name="Y")),
+}
+
+
+def _check_same(got, want):
+    assert sorted(got) == sorted(want)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_results_equal_reference_and_tasks_ran_where_planned(client, name):
+    expr = PROGRAMS[name]
+    rf = td.submit(expr, client=client)
+    _check_same(rf.gather(), td.evaluate(expr))
+    planned, ran = rf.planned_on(), rf.ran_on()
+    assert planned and set(ran) == set(planned)  # every task was recorded by the scheduler
+    assert all(ran[k] == w for k, w in planned.items())
+    assert set(planned.values()) <= set(rf.lowered.workers)
+    assert rf.transfers() == rf.plan.cost.bytes_moved
+
+
+def _big_xy():
+    # 3 x 3 grids of 400 x 400 float64 chunks: 1.28 MB each
+    X = random_uniform((1200, 1200), 400, seed=5, name="X")
+    Y = random_uniform((1200, 1200), 400, seed=6, name="Y")
+    return X, Y
+
+
+def test_broadcast_plan_bytes_measured_equal_predicted(client):
+    X, Y = _big_xy()
+    rf = td.submit(matmul(X, Y), client=client)
+    predicted, measured = rf.plan.cost.bytes_moved, rf.transfers()
+    # X's chunk (i, k) moves to site k unless i == k (6 chunks); the join tuple (i, k, j)
+    # moves from site k to site (3i + j) mod 3 = j unless k == j (18 tuples): 24 chunks.
+    assert predicted == 24 * 400 * 400 * 8
+    assert abs(measured - predicted) <= 0.02 * predicted
+    np.testing.assert_allclose(rf.to_numpy(), td.to_numpy(X) @ td.to_numpy(Y), rtol=1e-10, atol=1e-9)
+
+
+def test_shuffle_plan_bytes_measured_equal_predicted(client):
+    X, Y = _big_xy()
+    k = td.kernels.get_kernel
+    px, py = PSource(X, Part((0,), 3)), PSource(Y, Part((1,), 3))
+    j = LocalJoin(Shuffle(px, (1,)), Shuffle(py, (0,)), (1,), (0,), k("matmul"))
+    plan = td.Plan([LocalAggregate(Shuffle(j, (0, 2)), (0, 2), k("add"))], sites=3)
+    rf = td.submit(plan, client=client)
+    predicted, measured = plan.cost.bytes_moved, rf.transfers()
+    assert predicted > 0 and abs(measured - predicted) <= 0.02 * predicted
+    assert predicted == td.simulate(plan).floats_moved * 8
+    np.testing.assert_allclose(rf.to_numpy(), td.to_numpy(X) @ td.to_numpy(Y), rtol=1e-10, atol=1e-9)
+
+
+def test_futures_compose_with_ordinary_dask_work(client):
+    rf = td.submit(matmul(A, B), client=client)
+    total = client.submit(np.sum, rf[(0, 0)]).result()
+    np.testing.assert_allclose(total, (a @ b)[:4, :2].sum())
+    arr = rf.to_dask_array()
+    assert arr.shape == (9, 5) and arr.chunks == ((4, 4, 1), (2, 2, 1))
+    np.testing.assert_allclose(client.compute(arr).result(), a @ b)
+
+
+def _client_bound_bytes(client):
+    """Bytes the workers sent to anything but another worker (the client)."""
+    workers = set(client.scheduler_info()["workers"])
+
+    def count(dask_worker, workers=workers):
+        to_workers = sum(e["total"] for e in dask_worker.transfer_outgoing_log if e["who"] in workers)
+        return dask_worker.transfer_outgoing_bytes_total - to_workers
+
+    return sum(client.run(count).values())
+
+
+def test_relation_futures_feed_a_second_expression_without_the_client(client):
+    rf = td.submit(matmul(M, M), client=client).wait()
+    before = _client_bound_bytes(client)
+    second = td.submit(td.transform(td.aggregate(rf, (0,), "add"), "neg"), client=client).wait()
+    assert _client_bound_bytes(client) == before  # nothing travelled to the client
+    mm = td.to_numpy(M) @ td.to_numpy(M)
+    got = second.gather()
+    assert sorted(got) == [(i,) for i in range(4)]
+    for (i,), chunk in got.items():
+        np.testing.assert_allclose(chunk, -sum(mm[2 * i:2 * i + 2, 2 * j:2 * j + 2] for j in range(4)))
+
+
+def test_from_dask_array_uses_blocks_where_they_are(client):
+    import dask.array as da
+
+    x = da.from_array(rng.normal(size=(6, 6)), chunks=3)
+    x = client.persist(x)
+    R = td.from_dask_array(x, client=client, name="Xd")
+    rf = td.submit(td.transform(R, "neg"), client=client)
+    assert rf.transfers() == 0 and rf.plan.cost.floats_moved == 0
+    srcs = [n for n in rf.plan.nodes if isinstance(n, PSource)]
+    assert srcs and not srcs[0].free
+    np.testing.assert_allclose(rf.to_numpy(), -client.compute(x).result())
+
+
+def test_multiple_outputs_give_one_relation_futures_each(client):
+    e = matmul(A, B)
+    out = td.submit({"c": e, "n": td.transform(e, "neg")}, client=client)
+    assert set(out) == {"c", "n"}
+    np.testing.assert_allclose(out["n"].to_numpy(), -(a @ b))
+    res = td.compute((e, td.aggregate(M, (), "add")), client=client)
+    assert isinstance(res, tuple) and list(res[1]) == [()]
+
+
+# -- bad input ----------------------------------------------------------------
+
+def test_more_sites_than_workers(client):
+    with pytest.raises(ValueError, match=r"asked for 5 sites but the cluster has 3 worker\(s\)"):
+        td.submit(matmul(A, B), client=client, sites=5)
+
+
+def test_source_chunk_not_matching_its_type_names_the_key(client):
+    bad = td.from_function(lambda key: np.ones((2, 2)) if key != (1, 0) else np.ones((3, 3)), (4, 4), 2,
+                           "float64", name="bad")
+    rf = td.submit(td.transform(bad, "neg"), client=client)
+    with pytest.raises(ValueError, match=r"from_function bad: fn\(\(1, 0\)\) returned a chunk of shape \(3, 3\)"):
+        rf.gather()
+
+
+def test_closed_client_is_a_clear_error():
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cl:
+        c = Client(cl)
+        c.close()
+        with pytest.raises(RuntimeError, match="the Dask client is closed"):
+            td.submit(matmul(A, B), client=c)
+
+
+def test_dead_worker_fails_the_submission_quickly():
+    with dask.config.set(CONFIG):
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                          dashboard_address=None, silence_logs=logging.CRITICAL) as cl, Client(cl) as c:
+
+            def slow(key):
+                import time as _t
+                _t.sleep(3)
+                return np.ones((2, 2))
+
+            R = td.from_function(slow, (8, 8), 2, "float64", name="slow")
+            rf = td.submit(td.aggregate(R, (), "add"), client=c)
+            victim = rf.lowered.workers[1]
+            pid = c.run(os.getpid, workers=[victim])[victim]
+            time.sleep(0.5)
+            os.kill(pid, signal.SIGKILL)  # the nanny may restart it, under another address
+            t0 = time.monotonic()
+            with pytest.raises(Exception, match=r"left the cluster|no-worker|KilledWorker|tasks"):
+                rf.gather()
+            assert time.monotonic() - t0 < 30
