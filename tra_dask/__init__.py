@@ -21,7 +21,7 @@ from .logical import (
     to_numpy,
     transform,
 )
-from .optimizer import Plan, compile
+from .optimizer import Plan, compile, optimize
 from .physical import All, KeySites, Part, simulate
 from .types import ArrayType, RelationType
 
@@ -42,6 +42,6 @@ __all__ = [
     "Relation", "Kernel", "kernel", "ArrayType", "RelationType",
     "from_numpy", "from_chunks", "from_function",
     "aggregate", "join", "rekey", "filter", "transform", "tile", "concat",
-    "evaluate", "to_numpy", "compile", "simulate", "submit", "compute", "from_dask_array", "RelationFutures", "Plan", "All", "Part", "KeySites",
+    "evaluate", "to_numpy", "compile", "optimize", "simulate", "submit", "compute", "from_dask_array", "RelationFutures", "Plan", "All", "Part", "KeySites",
     "keys", "kernels", "programs", "k", "k0", "k1", "k2", "k3",
 ]

@@ -34,7 +34,7 @@ from .types import ArrayType, Shape
 
 __all__ = [
     "Kernel", "KernelTypeError", "kernel", "register", "get_kernel", "as_kernel",
-    "registered_kernels", "array_module", "scale",
+    "registered_kernels", "array_module", "scale", "compose", "premap",
 ]
 
 
@@ -473,3 +473,71 @@ def scale(c: float) -> Kernel:
 
 def _scale(x, c):
     return x * c
+
+
+# ---------------------------------------------------------------------------
+# composition (the kernel-composition rules R1-2, R1-4, R1-7 build these)
+
+
+@dataclass(frozen=True)
+class _After:
+    """``outer(inner(*chunks))``."""
+
+    outer: Kernel
+    inner: Kernel
+
+    def __call__(self, *chunks):
+        return self.outer(self.inner(*chunks))
+
+
+@dataclass(frozen=True)
+class _Before:
+    """``binary(pre(a), pre(b))``."""
+
+    binary: Kernel
+    pre: Kernel
+
+    def __call__(self, a, b):
+        return self.binary(self.pre(a), self.pre(b))
+
+
+def compose(outer: Kernel, inner: Kernel) -> Kernel:
+    """``outer ∘ inner``: ``inner``'s result fed to the unary ``outer``.
+
+    >>> k = compose(get_kernel("relu"), get_kernel("sub"))
+    >>> k(np.array([1.0, 5.0]), np.array([3.0, 2.0])).tolist(), repr(k)
+    ([0.0, 3.0], "'relu∘sub'")
+    """
+    if outer.arity != 1:
+        raise ValueError(f"compose: the outer kernel {outer!r} must be unary")
+
+    def infer(shapes, dtypes):
+        t = inner.out_type(*(ArrayType(tuple(s), np.dtype(d)) for s, d in zip(shapes, dtypes)))
+        t = outer.out_type(t)
+        return t.shape, t.dtype
+
+    def flops(*shapes):
+        mid = infer(shapes, [np.float64] * len(shapes))[0]
+        return inner.flops(*shapes) + outer.flops(mid)
+
+    return Kernel(f"{outer.name}∘{inner.name}", _After(outer, inner), inner.arity, shape=None, flops=flops,
+                  probe=infer, distributes_over=outer.distributes_over & inner.distributes_over)
+
+
+def premap(binary: Kernel, pre: Kernel) -> Kernel:
+    """``binary(pre(a), pre(b))`` — what ``pre(binary(a, b))`` equals when ``pre``
+    distributes over ``binary`` (R1-7, second form)."""
+    if binary.arity != 2 or pre.arity != 1:
+        raise ValueError(f"premap needs a binary and a unary kernel, got {binary!r} and {pre!r}")
+
+    def infer(shapes, dtypes):
+        ins = [pre.out_type(ArrayType(tuple(s), np.dtype(d))) for s, d in zip(shapes, dtypes)]
+        t = binary.out_type(*ins)
+        return t.shape, t.dtype
+
+    def flops(a, b):
+        return pre.flops(a) + pre.flops(b) + binary.flops(pre.out_type(ArrayType(a, np.dtype("f8"))).shape,
+                                                          pre.out_type(ArrayType(b, np.dtype("f8"))).shape)
+
+    return Kernel(f"{binary.name}∘({pre.name}×{pre.name})", _Before(binary, pre), 2, shape=None, flops=flops,
+                  probe=infer, associative=False, commutative=binary.commutative)

@@ -85,7 +85,9 @@ def _floats_moved(node: PNode, model: str, need: np.ndarray) -> int:
     if not isinstance(node, (Broadcast, Shuffle)):
         return 0
     if model == "paper":
-        f = node.input.type.nelements
+        # f: the floats of the relation; partial aggregates count once per copy
+        inp = node.input
+        f = int(inp.type.chunk_sizes[inp.layout.rows].sum()) if inp.layout.partial else inp.type.nelements
         return f * node.nsites if isinstance(node, Broadcast) else f
     lay = node.layout
     return int(node.type.chunk_sizes[lay.rows[lay.moved & need]].sum())

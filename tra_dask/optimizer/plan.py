@@ -38,12 +38,21 @@ class Plan:
         self.sites = sites if sites is not None else self.outputs[0].nsites
         if cost_model not in COST_MODELS:
             raise ValueError(f"unknown cost_model {cost_model!r}; valid: {', '.join(COST_MODELS)}")
+        for o in self.outputs:
+            if o.layout.partial:
+                raise ValueError(
+                    f"plan output {o.label} holds partial aggregates; finish it with a Shuffle and a "
+                    f"LocalAggregate"
+                )
         bad = {o.nsites for o in self.outputs} - {self.sites}
         if bad:
             raise ValueError(f"plan for {self.sites} sites has outputs placed on {sorted(bad)} sites")
         self.cost_model = cost_model
         self.expr = expr
         self._cost: Cost | None = None
+        self.alternatives: list = []   # set by td.optimize: the other plans considered
+        self.compiled = None           # set by td.optimize: the paper's initial plan
+        self.search = None             # set by td.optimize: the search's report
 
     @property
     def nodes(self) -> list:
@@ -55,6 +64,13 @@ class Plan:
         if self._cost is None:
             self._cost = plan_cost(self.outputs, self.cost_model)
         return self._cost
+
+    def strategies(self) -> list[str]:
+        """The recognised strategies of the plan's contractions (BMM/CMM/RMM,
+        data-/model-parallel), in plan order."""
+        from .rules import classify
+
+        return [s for s in (classify(n) for n in self.nodes) if s]
 
     def with_cost_model(self, model: str) -> "Plan":
         return Plan(self.outputs, self.rebuild, self.sites, model, self.expr)
@@ -71,6 +87,18 @@ class Plan:
             f"{_fmt_bytes(c.peak_bytes_per_site.max())}/site; flops/site max {flops.max():.3g}, "
             f"mean {flops.mean():.3g} (balance {c.flops_balance:.2f})",
         ]
+        strategies = self.strategies()
+        if strategies:
+            lines.append("  strategy: " + "; ".join(strategies))
+        if self.search is not None:
+            r = self.search
+            base = self.compiled.cost.floats_moved if self.compiled is not None else None
+            lines.append(
+                f"  search: {r.candidates} candidate plans, {r.rewrites} rewrites"
+                + (" (budget exhausted: best found so far)" if r.truncated else "")
+                + f"; {len(self.alternatives)} alternatives kept"
+                + (f"; compiled plan moves {base:,} floats" if base is not None else "")
+            )
         shown: set = set()
 
         def walk(node, depth):

@@ -148,24 +148,48 @@ class Shuffle(PNode):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class LocalJoin(PNode):
-    """Join within each site: only tuples on the same site pair up (paper §4)."""
+    """Join within each site: only tuples on the same site pair up (paper §4).
+
+    ``key_fn`` (optional, multiplicity one) maps each output key, so a following
+    LocalMap can be merged into the join (R1-7, as in the paper's diag(X+Y) plan)."""
 
     left: PNode
     right: PNode
     left_on: tuple
     right_on: tuple
     kernel: Kernel
+    key_fn: KeyFn | None = None
     _op = "LocalJoin"
     _children = ("left", "right")
 
+    def _fmt_params(self) -> str:
+        s = f"left_on={self.left_on}, right_on={self.right_on}, kernel={self.kernel!r}"
+        return s + (f", key_fn={self.key_fn!r}" if self.key_fn is not None else "")
+
+    @property
+    def join_type(self) -> RelationType:
+        """The type before ``key_fn``."""
+        return self.__dict__["_join_type"]
+
     def _infer_type(self):
-        return join_type(self, strict_ranges=False)
+        t = join_type(self, strict_ranges=False)
+        object.__setattr__(self, "_join_type", t)
+        if self.key_fn is None:
+            return t
+        if self.key_fn.multiplicity != 1:
+            raise ValueError(f"LocalJoin({self.left.label}, {self.right.label}): key_fn must map one key to one key")
+        return rekey_type(SimpleNamespace(input=SimpleNamespace(type=t, label=self.label), key_fn=self.key_fn))
 
     def _infer_layout(self):
         where = f"LocalJoin({self.left.label}, {self.right.label}, left_on={self.left_on}, right_on={self.right_on})"
         _same_sites(where, self.left, self.right)
-        return L.join_layout(self.left.layout, self.left.type, self.right.layout, self.right.type,
-                             self.left_on, self.right_on, self.type, where, self.left.label, self.right.label)
+        lay = L.join_layout(self.left.layout, self.left.type, self.right.layout, self.right.type,
+                            self.left_on, self.right_on, self.join_type, where, self.left.label, self.right.label)
+        if self.key_fn is None:
+            return lay
+        keys, _ = self.key_fn.apply(self.join_type.keys)
+        to_out = self.type.locate(keys)
+        return L.Layout(lay.nsites, to_out[lay.rows], lay.sites, lay.partial, lay.lineage, lay.moved)
 
 
 @dataclass(frozen=True, eq=False)

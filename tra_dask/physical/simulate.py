@@ -159,7 +159,9 @@ def _local_join(node: LocalJoin, left: Sites, right: Sites):
         site = []
         for lt in ltuples:
             for r in index.get(tuple(lt.key[d] for d in node.left_on), ()):
-                site.append(T(lt.key + tuple(r.key[d] for d in rest), node.kernel(lt.chunk, r.chunk), node, [lt, r]))
+                key = lt.key + tuple(r.key[d] for d in rest)
+                key = key if node.key_fn is None else node.key_fn(key)
+                site.append(T(key, node.kernel(lt.chunk, r.chunk), node, [lt, r]))
         out.append(site)
     return out
 

@@ -1,0 +1,165 @@
+"""Domain-specific rules (paper §5.2.2): the three distributed matrix multiplies.
+
+Each matches a *contraction* — a local aggregation (add-like: associative and
+commutative) of a local join of two key-arity-2 relations on one dim each, grouped by
+the two free dims — and yields the whole implementation:
+
+* BMM: broadcast one operand; the other stays where it is (its free dim's
+  partitioning carries to the output, so the final shuffle may be a no-op);
+* CMM: co-partition both operands on the contracted dim, fold locally, shuffle only
+  the partial products (pre-aggregation, R2-5);
+* RMM: the 3-D algorithm — replicate each operand along the other's free dim
+  (``insert_dim``, the paper's insertDim/duplicate), shuffle both on the output's
+  (i, j), join on all three dims, aggregate locally.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, NamedTuple
+
+from ...keys import insert_dim, project
+from ...physical import (Broadcast, KeyArrayMap, LocalAggregate, LocalJoin, LocalMap, PNode, Shuffle)
+from ._util import attempt
+
+_MOVES = (Broadcast, Shuffle)
+
+
+class Contraction(NamedTuple):
+    left: PNode
+    right: PNode
+    a: int          # contracted dim of the left key
+    b: int          # contracted dim of the right key
+    kernel: object  # the join kernel
+    agg: object     # the aggregation kernel
+    group_by: tuple
+
+
+def _strip(n: PNode) -> PNode:
+    while isinstance(n, _MOVES):
+        n = n.input
+    return n
+
+
+def match_contraction(node: PNode) -> Contraction | None:
+    """The contraction a LocalAggregate computes, or None."""
+    if not isinstance(node, LocalAggregate):
+        return None
+    k = node.kernel
+    if not (getattr(k, "associative", False) and getattr(k, "commutative", False) and getattr(k, "arity", 0) == 2):
+        return None
+    inner = node.input
+    if isinstance(inner, Shuffle):
+        inner = inner.input
+    if isinstance(inner, LocalAggregate) and inner.kernel == k:  # already pre-aggregated
+        inner = inner.input
+        if isinstance(inner, Shuffle):
+            inner = inner.input
+    if not isinstance(inner, LocalJoin) or inner.key_fn is not None:
+        return None
+    L, R = _strip(inner.left), _strip(inner.right)
+    if isinstance(L, LocalMap) or isinstance(R, LocalMap):  # an RMM already
+        return None
+    if L.type.arity != 2 or R.type.arity != 2 or len(inner.left_on) != 1:
+        return None
+    a, b = inner.left_on[0], inner.right_on[0]
+    lf = 1 - a
+    if node.group_by and node.input is not inner and isinstance(node.input, LocalAggregate):
+        return None
+    gb = node.group_by if not (isinstance(node.input, Shuffle) and isinstance(node.input.input, LocalAggregate)) \
+        else node.input.input.group_by
+    if sorted(gb) != sorted((lf, 2)):
+        return None
+    return Contraction(L, R, a, b, inner.kernel, k, tuple(gb))
+
+
+def bmm(node: PNode) -> Iterator[PNode]:
+    """Broadcast matrix multiply: broadcast the left or the right operand."""
+    c = match_contraction(node)
+    if c is None:
+        return
+    for j in (lambda: LocalJoin(Broadcast(c.left), c.right, (c.a,), (c.b,), c.kernel),
+              lambda: LocalJoin(c.left, Broadcast(c.right), (c.a,), (c.b,), c.kernel)):
+        for join in attempt(j):
+            yield from attempt(lambda: LocalAggregate(Shuffle(join, c.group_by), c.group_by, c.agg))
+
+
+def cmm(node: PNode) -> Iterator[PNode]:
+    """Cross-product matrix multiply: co-partition on the contracted dim, pre-aggregate."""
+    c = match_contraction(node)
+    if c is None:
+        return
+    for join in attempt(lambda: LocalJoin(Shuffle(c.left, (c.a,)), Shuffle(c.right, (c.b,)), (c.a,), (c.b,), c.kernel)):
+        all_dims = tuple(range(len(c.group_by)))
+        yield from attempt(lambda: LocalAggregate(
+            Shuffle(LocalAggregate(join, c.group_by, c.agg), all_dims), all_dims, c.agg))
+
+
+def rmm(node: PNode) -> Iterator[PNode]:
+    """Replication (3-D) matrix multiply, the paper's §5.2.2 plan: with the join's
+    output key (l0, l1, r) — the left key, then the right's free dim — replicate the
+    left along r (``insert_dim(2, J)``), the right along the left's free dim
+    (``insert_dim(lf, I)`` after putting its key in (contracted, free) order), shuffle
+    both on the free dims, join on all three dims, aggregate locally."""
+    c = match_contraction(node)
+    if c is None:
+        return
+    lf, rf = 1 - c.a, 1 - c.b
+    n_left_free, n_right_free = c.left.type.frontier[lf], c.right.type.frontier[rf]
+    free = (lf, 2)
+
+    def build():
+        xs = LocalMap(c.left, KeyArrayMap(insert_dim(2, n_right_free)))
+        r = c.right if c.b == 0 else LocalMap(c.right, KeyArrayMap(project(c.b, rf)))
+        ys = LocalMap(r, KeyArrayMap(insert_dim(lf, n_left_free)))
+        join = LocalJoin(Shuffle(xs, free), Shuffle(ys, free), (0, 1, 2), (0, 1, 2), c.kernel)
+        return LocalAggregate(join, c.group_by, c.agg)
+
+    yield from attempt(build)
+
+
+def place_free_source(node: PNode) -> Iterator[PNode]:
+    """The choice of a free source's initial placement: a source whose chunks are
+    made on the workers (``from_function``, scattered ``from_numpy``) costs the same
+    to make on any site, so ``Shuffle_d(source)`` ≡ the source made partitioned on d
+    (balanced ``Part(d)``; never everything on one site: d must be non-empty)."""
+    from ...physical import Part, PSource
+
+    if isinstance(node, Shuffle) and isinstance(node.input, PSource) and node.input.free and node.dims:
+        src = node.input
+        yield from attempt(lambda: PSource(src.source, Part(node.dims, src.nsites), free=True))
+
+
+DOMAIN_RULES = (bmm, cmm, rmm, place_free_source)
+
+
+def classify(node: PNode) -> str | None:
+    """Name the strategy a plan node uses for a contraction: BMM (which side is
+    broadcast), CMM or RMM; with ``data-parallel``/``model-parallel`` for a product
+    of two sources X @ W (broadcasting the right operand, the model, is data
+    parallelism; broadcasting the left, the data, is model parallelism)."""
+    if not isinstance(node, LocalAggregate):
+        return None
+    inner = node.input
+    while isinstance(inner, (Shuffle, LocalAggregate)):
+        inner = inner.input
+    if not isinstance(inner, LocalJoin) or inner.key_fn is not None or not isinstance(node.kernel, type(inner.kernel)):
+        return None
+    sides = [inner.left, inner.right]
+    under = [s.input if isinstance(s, Shuffle) else s for s in sides]
+    if all(isinstance(u, LocalMap) and getattr(u.op.key_fn, "multiplicity", 1) > 1 for u in under):
+        return "RMM"
+    if not getattr(node.kernel, "associative", False):
+        return None
+    from ...physical import PSource
+
+    for i, s in enumerate(sides):
+        if isinstance(s, Broadcast):
+            other = sides[1 - i]
+            base = _strip(s)
+            name = f"BMM (broadcast {base.label})"
+            if isinstance(base, PSource) and isinstance(_strip(other), PSource):
+                name += ", data-parallel" if i == 1 else ", model-parallel"
+            return name
+    if len(inner.left_on) == 1:
+        return "CMM (co-partitioned on the contracted dim)"
+    return None
