@@ -159,7 +159,8 @@ def test_explain_shows_operators_placements_and_totals():
     lines = text.splitlines()
     assert lines[0].startswith("Plan on 4 site(s), cost model 'exact'")
     assert "floats moved 960 (7.5 KiB)" in lines[1]
-    assert "LocalAggregate(group_by=(0, 2), kernel='add')" in lines[2]
+    assert lines[2] == "  strategy: BMM (broadcast X), model-parallel"
+    assert "LocalAggregate(group_by=(0, 2), kernel='add')" in lines[3]
     assert any("Broadcast  [All]  tuples=16/64  moved=192" in ln for ln in lines)
     assert any("Shuffle(dims=(0, 2))  [Part(0, 2)]  tuples=64/64  moved=768" in ln for ln in lines)
     assert any("Source X  [Part(0) free]" in ln for ln in lines)

@@ -189,3 +189,67 @@ def test_dead_worker_fails_the_submission_quickly():
             with pytest.raises(Exception, match=r"left the cluster|no-worker|KilledWorker|tasks"):
                 rf.gather()
             assert time.monotonic() - t0 < 30
+
+
+# -- regressions found in review -------------------------------------------------
+
+def test_broadcast_of_a_replicated_source_reads_the_local_copy(client):
+    plan = td.compile(matmul(M, M), sites=3, placements={"M": "all"})
+    rf = td.submit(plan, client=client)
+    np.testing.assert_allclose(rf.to_numpy(), td.to_numpy(M) @ td.to_numpy(M))
+    assert rf.transfers() == plan.cost.bytes_moved
+
+
+def test_copies_of_one_array_move_once(client):
+    for e in (td.aggregate(td.rekey(M, td.keys.insert_dim(2, 3)), (0, 1), "add"),
+              td.aggregate(td.rekey(M, td.keys.insert_dim(0, 3)), (1, 2), "add")):
+        rf = td.submit(e, client=client)
+        _check_same(rf.gather(), td.evaluate(e))
+        assert rf.transfers() == rf.plan.cost.bytes_moved == td.simulate(rf.plan).floats_moved * 8
+
+
+def test_transfers_count_only_this_submission(client):
+    rf = td.submit(matmul(M, M), client=client).wait()
+    td.submit(matmul(rf, rf), client=client).wait()
+    r2 = td.submit(td.transform(rf, "neg"), client=client)
+    assert r2.transfers() == r2.plan.cost.bytes_moved == 0
+
+
+def test_plan_must_place_cluster_data_where_it_is(client):
+    rf = td.submit(matmul(M, M), client=client).wait()
+    with pytest.raises(ValueError, match=r"lives on site"):
+        td.submit(td.compile(td.transform(rf, "neg"), sites=3, placements=None), client=client)
+
+
+def test_results_of_another_cluster_are_refused(client):
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cl, Client(cl) as other:
+        rf = td.submit(M, client=other).wait()
+        with pytest.raises(ValueError, match=r"lives on another Dask client"):
+            td.submit(td.transform(rf, "neg"), client=client)
+
+
+def test_from_dask_array_of_a_lazy_expression_over_persisted_data(client):
+    import dask.array as da
+
+    xp = client.persist(da.ones((6, 6), chunks=3))
+    R = td.from_dask_array(xp + 1, client=client)
+    np.testing.assert_allclose(td.submit(R, client=client).to_numpy(), np.full((6, 6), 2.0))
+
+
+def test_embedded_cluster_exits_cleanly_and_shows_progress(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "s.py"
+    script.write_text(
+        "import numpy as np, tra_dask as td\n"
+        "from tra_dask.programs import matmul\n"
+        "if __name__ == '__main__':  # worker processes re-import the main module\n"
+        "    A = td.from_numpy(np.ones((4, 4)), 2)\n"
+        "    out = td.compute(matmul(A, A), sites=2, progress=True)\n"
+        "    assert np.allclose(td.to_numpy(matmul(A, A), out), 4.0)\n"
+        "    rf = td.submit(matmul(A, A), sites=2)  # left running at exit\n"
+    )
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "ERROR" not in res.stderr and "Traceback" not in res.stderr

@@ -68,12 +68,20 @@ def _close_embedded() -> None:
     client, cluster = _EMBEDDED.pop("client", None), _EMBEDDED.pop("cluster", None)
     _EMBEDDED.pop("n", None)
     if client is not None:
+        try:  # stop what is still running, so workers are not cut off mid-transfer
+            client.cancel(list(client.futures.values()), force=True)
+            client.run(lambda: None)  # a round trip: the cancellations have reached the workers
+        except Exception:
+            pass
         client.close()
     if cluster is not None:
         cluster.close()
 
 
-atexit.register(_close_embedded)
+try:  # close before the interpreter's thread pools shut down (plain atexit runs after)
+    threading._register_atexit(_close_embedded)
+except Exception:  # pragma: no cover - other interpreters
+    atexit.register(_close_embedded)
 
 
 # ---------------------------------------------------------------------------
@@ -180,15 +188,40 @@ def _wait_done(futures, client: Client | None = None, pinned=(), timeout: float 
         time.sleep(0.02)
 
 
+def _keeper_futures(src: ClusterSource) -> list:
+    keeper = src.keeper
+    if isinstance(keeper, RelationFutures):
+        return list(keeper.values())
+    if isinstance(keeper, tuple):  # from_dask_array: (array, futures)
+        return list(keeper[1])
+    return []
+
+
+def _check_cluster_source(src: ClusterSource, client: Client) -> None:
+    """Data of another cluster, or data that is gone, cannot be an input here."""
+    for f in _keeper_futures(src):
+        if f.client is not client and getattr(f.client, "scheduler", None) is not getattr(client, "scheduler", None):
+            raise ValueError(
+                f"{src.name} lives on another Dask client/cluster ({f.client}); submit it with that "
+                f"client, or gather it and use td.from_numpy"
+            )
+        if f.status in ("cancelled", "lost", "error"):
+            raise RuntimeError(
+                f"{src.name}: chunk key {f.key!r} is {f.status} (its cluster was restarted or closed?); "
+                f"re-submit the expression that made it"
+            )
+
+
 def _cluster_placements(expr, client: Client, workers: list[str]) -> dict:
     """Fixed placements of cluster-resident sources: where their data is."""
     sources = [n for n in toposort(flatten_outputs(expr)[0]) if isinstance(n, ClusterSource)]
     out = {}
     for src in sources:
+        _check_cluster_source(src, client)
         keys = [k for _, k in src.dask_keys]
         who = _who_has(client, keys)
         if len(who) < len(keys):  # still being computed: wait for them, then ask again
-            _wait_done([Future(k, client) for k in keys if k not in who])
+            _wait_done([f for f in _keeper_futures(src) if f.key not in who], client, timeout=300)
             who = _who_has(client, keys)
         items = []
         for tra_key, dk in src.dask_keys:
@@ -221,12 +254,32 @@ def submit(expr_or_plan, client: Client | None = None, sites=None):
         plan = expr_or_plan
         if plan.sites != len(workers):
             raise ValueError(f"the plan is for {plan.sites} sites but {len(workers)} workers were chosen")
+        _check_plan_sources(plan, client, workers)
     else:
         expr = expr_or_plan
         if not isinstance(expr, (Relation, tuple, list, dict)) and hasattr(expr, "__tra_relation__"):
             expr = expr.__tra_relation__()
         plan = compile(expr, sites=len(workers), placements=_cluster_placements(expr, client, workers) or None)
     return _run(plan, client, workers)
+
+
+def _check_plan_sources(plan: Plan, client: Client, workers: list[str]) -> None:
+    """A hand-made plan must place cluster-resident data where it is."""
+    from .physical import PSource
+
+    nodes = [n for n in plan.nodes if isinstance(n, PSource) and isinstance(n.source, ClusterSource)]
+    for node in nodes:
+        where = _cluster_placements(node.source, client, workers)[node.source]
+        actual = dict(where.items)
+        planned = node.layout.site_keys(node.type)
+        for site, keys in enumerate(planned):
+            for k in keys:
+                if actual[k] != site:
+                    raise ValueError(
+                        f"the plan places {node.source.name} chunk {k} on site {site}, but it lives on site "
+                        f"{actual[k]} ({workers[actual[k]]}); plan it with td.submit(expr) or "
+                        f"placements={{source: KeySites}} from where it is"
+                    )
 
 
 def _run(plan: Plan, client: Client, workers: list[str]):
@@ -265,7 +318,8 @@ def compute(expr, client: Client | None = None, sites=None, progress: bool = Fal
     if progress:
         from distributed import progress as _progress
 
-        _progress([f for rf in items for f in rf.values()])
+        with items[0].client.as_current():
+            _progress([f for rf in items for f in rf.values()])
     return rebuild([rf.gather() for rf in items])
 
 
@@ -295,6 +349,7 @@ class RelationFutures(Mapping):
         self.plan, self.node, self.client, self.lowered = plan, node, client, lowered
         self.token = lowered.token
         self._started, self._keepalive, self._recorded = started, keepalive, recorded
+        self._finished = None
 
     # -- Mapping -----------------------------------------------------------
     def __getitem__(self, key):
@@ -330,6 +385,8 @@ class RelationFutures(Mapping):
         clear error if a worker that the plan pins tasks to leaves the cluster."""
         _check_client(self.client)
         _wait_done(list(self._futures.values()), self.client, self.lowered.workers, timeout)
+        if self._finished is None:
+            self._finished = time.time()
         for f in self._futures.values():
             if f.status == "error":
                 raise f.exception()
@@ -379,7 +436,10 @@ class RelationFutures(Mapping):
     # -- measurements ------------------------------------------------------
     def transfers(self) -> int:
         """Bytes that moved between workers for this submission, from the workers'
-        transfer logs (data sent to the client is not counted)."""
+        transfer logs: transfers of this submission's keys (and of the cluster-resident
+        inputs it read) between its start and its end.  Data sent to the client is not
+        counted; another submission reading the same cluster-resident inputs at the
+        same time would be."""
         self.wait()
         ours = self.lowered.graph_keys() | {k for d in self.lowered.scatter.values() for k in d}
         for node in toposort(self.plan.outputs):
@@ -387,12 +447,12 @@ class RelationFutures(Mapping):
             if isinstance(src, ClusterSource):
                 ours |= {k for _, k in src.dask_keys}
         workers = set(self.lowered.workers)
-        since = self._started - 1.0
+        since, until = self._started - 0.01, self._finished + 0.5
 
-        def count(dask_worker, ours=ours, workers=workers, since=since):
+        def count(dask_worker, ours=ours, workers=workers, since=since, until=until):
             total = 0
             for e in dask_worker.transfer_outgoing_log:
-                if e["who"] in workers and e["start"] >= since:
+                if e["who"] in workers and since <= e["start"] <= until:
                     total += sum(n for k, n in e["keys"].items() if k in ours)
             return total
 
@@ -438,9 +498,10 @@ def from_dask_array(x, name: str | None = None, client: Client | None = None) ->
 
     client = client or default_client()
     _check_client(client)
-    if not futures_of(x):
+    block_keys = {(x.name,) + idx for idx in np.ndindex(*x.numblocks)}
+    if not block_keys <= {f.key for f in futures_of(x)}:
         x = client.persist(x)
-    futs = {f.key: f for f in futures_of(x)}
+    futs = {f.key: f for f in futures_of(x) if f.key in block_keys}
     keys = {}
     for idx in np.ndindex(*x.numblocks):
         dk = (x.name,) + idx

@@ -115,12 +115,16 @@ def _visit_move(node, name: str, out: Lowered, need):
     (src,) = lay.lineage
     in_keys = out.node_keys[node.input]
     keys = []
+    made: dict = {}  # one transfer per (source key, destination): copies of one array travel once
     for i, (s_idx, site, moved, needed) in enumerate(
             zip(src.tolist(), lay.sites.tolist(), lay.moved.tolist(), need.tolist())):
         if not needed:
             keys.append(None)
         elif moved:
-            keys.append(_task(out, site, (name, i), tasks.identity, TaskRef(in_keys[s_idx])))
+            k = (in_keys[s_idx], site)
+            if k not in made:
+                made[k] = _task(out, site, (name, i), tasks.identity, TaskRef(in_keys[s_idx]))
+            keys.append(made[k])
         else:
             keys.append(in_keys[s_idx])
     return keys

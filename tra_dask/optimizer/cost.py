@@ -90,7 +90,11 @@ def _floats_moved(node: PNode, model: str, need: np.ndarray) -> int:
         f = int(inp.type.chunk_sizes[inp.layout.rows].sum()) if inp.layout.partial else inp.type.nelements
         return f * node.nsites if isinstance(node, Broadcast) else f
     lay = node.layout
-    return int(node.type.chunk_sizes[lay.rows[lay.moved & need]].sum())
+    idx = np.flatnonzero(lay.moved & need)
+    # one transfer per distinct (source object, destination): copies that share an
+    # array (insert_dim, a pure rekey) travel once
+    _, first = np.unique(lay.origin[idx], return_index=True)
+    return int(node.type.chunk_sizes[lay.rows[idx[first]]].sum())
 
 
 def _flops_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
@@ -124,8 +128,11 @@ def _flops_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
 
 def _bytes_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
     lay, t = node.layout, node.type
-    w = t.chunk_sizes[lay.rows[need]] * t.dtype.itemsize
-    return np.bincount(lay.sites[need], weights=w, minlength=lay.nsites).astype(np.int64)
+    idx = np.flatnonzero(need)
+    _, first = np.unique(lay.origin[idx], return_index=True)  # a shared array is held once
+    idx = idx[first]
+    w = t.chunk_sizes[lay.rows[idx]] * t.dtype.itemsize
+    return np.bincount(lay.sites[idx], weights=w, minlength=lay.nsites).astype(np.int64)
 
 
 def node_cost(node: PNode, model: str = "exact", need: dict | None = None) -> NodeCost:

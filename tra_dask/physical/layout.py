@@ -10,11 +10,15 @@ holds the same array (a tuple on one site, or replicas); it is *partial* after a
 local aggregation whose groups were spread over several sites (each copy holds a
 partial fold, to be finished by Shuffle + LocalAggregate — the paper's R2-5).
 ``lineage`` records, for each physical tuple, the input physical tuple(s) it came
-from; ``moved`` marks the tuples a Broadcast or Shuffle had to transfer.
+from; ``moved`` marks the tuples a Broadcast or Shuffle had to transfer; ``origin``
+names the array object each tuple holds — tuples that share one (the copies a pure
+rekey or ``insert_dim`` makes, the outputs of one kernel call) hold the same data, so
+moving two of them to one site moves the bytes once, which is what Dask does.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +37,11 @@ class Layout:
     partial: bool = False
     lineage: tuple = ()
     moved: np.ndarray | None = None
+    origin: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.origin is None:
+            object.__setattr__(self, "origin", fresh(len(self.rows)))
 
     @property
     def ntuples(self) -> int:
@@ -62,6 +71,28 @@ class Layout:
         return len(unique(self.rows)) == len(self.rows)
 
 
+_IDS = itertools.count()
+
+
+def fresh(n: int) -> np.ndarray:
+    """``n`` new array-object ids."""
+    start = next(_IDS)
+    for _ in range(max(n - 1, 0)):
+        next(_IDS)
+    return np.arange(start, start + n, dtype=np.int64)
+
+
+def _moved_origin(src_origin: np.ndarray, dest: np.ndarray, moved: np.ndarray, nsites: int) -> np.ndarray:
+    """Origins after a move: unmoved tuples keep theirs; a moved tuple holds a new
+    object, one per distinct (source object, destination site)."""
+    out = src_origin.copy()
+    if moved.any():
+        code = src_origin[moved] * nsites + dest[moved]
+        _, inv = np.unique(code, return_inverse=True)
+        out[moved] = fresh(int(inv.max()) + 1)[inv.reshape(-1)]
+    return out
+
+
 def _codes(rows, sites, nsites):
     return rows.astype(np.int64) * nsites + sites
 
@@ -77,9 +108,14 @@ def broadcast_layout(inp: Layout, t: RelationType, moved: bool = True) -> Layout
     s = inp.nsites
     rows = np.repeat(np.arange(t.ntuples), s)
     sites = np.tile(np.arange(s, dtype=np.int64), t.ntuples)
-    held = np.isin(_codes(rows, sites, s), _codes(inp.rows, inp.sites, s))
-    src = _first_copy(inp, t.ntuples)[rows]
-    return Layout(s, rows, sites, False, (src,), ~held if moved else np.zeros(len(rows), bool))
+    want = _codes(rows, sites, s)
+    have = _codes(inp.rows, inp.sites, s)
+    order = np.argsort(have, kind="stable")
+    pos = np.minimum(np.searchsorted(have[order], want), max(len(have) - 1, 0))
+    held = have[order][pos] == want if len(have) else np.zeros(len(want), bool)
+    src = np.where(held, order[pos], _first_copy(inp, t.ntuples)[rows])  # a copy on the site is used in place
+    mv = ~held if moved else np.zeros(len(rows), bool)
+    return Layout(s, rows, sites, False, (src,), mv, _moved_origin(inp.origin[src], sites, mv, s))
 
 
 def _first_copy(inp: Layout, n: int) -> np.ndarray:
@@ -97,14 +133,16 @@ def shuffle_layout(inp: Layout, t: RelationType, dims: tuple) -> Layout:
     dest = site_function(t.keys[:, list(dims)], s)
     if inp.partial:  # every partial copy travels to its group's site
         moved = inp.sites != dest[inp.rows]
-        return Layout(s, inp.rows.copy(), dest[inp.rows], True, (np.arange(inp.ntuples),), moved)
+        d = dest[inp.rows]
+        return Layout(s, inp.rows.copy(), d, True, (np.arange(inp.ntuples),), moved,
+                      _moved_origin(inp.origin, d, moved, s))
     rows = np.arange(t.ntuples)
     at_dest = inp.sites == dest[inp.rows]
     src = _first_copy(inp, t.ntuples)
     src[inp.rows[at_dest]] = np.flatnonzero(at_dest)  # a copy already there is used in place
     moved = np.ones(t.ntuples, bool)
     moved[inp.rows[at_dest]] = False
-    return Layout(s, rows, dest, False, (src,), moved)
+    return Layout(s, rows, dest, False, (src,), moved, _moved_origin(inp.origin[src], dest, moved, s))
 
 
 def join_layout(L: Layout, Lt: RelationType, R: Layout, Rt: RelationType, lo, ro, out_t: RelationType,
@@ -167,6 +205,13 @@ def aggregate_layout(inp: Layout, in_t: RelationType, group_by, out_t: RelationT
         have = np.bincount(np.searchsorted(uniq, g_of_row[d_rows] * s + d_sites), minlength=len(uniq))
     out_rows, out_sites = uniq // s, uniq % s
     partial = bool(np.any(have != need[out_rows]))
+    members = np.bincount(out_index, minlength=len(uniq))
+    origin = fresh(len(uniq))
+    single = members == 1  # a group of one is its input tuple: no fold runs
+    if single.any():
+        first = np.full(len(uniq), -1, dtype=np.int64)
+        first[out_index[::-1]] = np.arange(len(out_index))[::-1]
+        origin[single] = inp.origin[first[single]]
     if partial and not can_be_partial:
         bad = int(np.flatnonzero(have != need[out_rows])[0])
         raise ValueError(
@@ -175,12 +220,14 @@ def aggregate_layout(inp: Layout, in_t: RelationType, group_by, out_t: RelationT
             f"associative, commutative kernel (and a Shuffle + LocalAggregate after). Shuffle on "
             f"the group-by dims first"
         )
-    return Layout(s, out_rows, out_sites, partial, (out_index,))
+    return Layout(s, out_rows, out_sites, partial, (out_index,), None, origin)
 
 
-def expand_layout(inp: Layout, n_in: int, out_rows: np.ndarray, src_rows: np.ndarray) -> Layout:
+def expand_layout(inp: Layout, n_in: int, out_rows: np.ndarray, src_rows: np.ndarray, data: str = "same") -> Layout:
     """A multi-map: input row ``src_rows[i]`` becomes output row ``out_rows[i]``; every
-    physical copy is mapped on its own site."""
+    physical copy is mapped on its own site.  ``data``: ``"same"`` (filter, pure
+    rekey: the input's arrays), ``"per_input"`` (one kernel call per input tuple,
+    shared by its outputs) or ``"new"`` (a new array per output, e.g. tiles)."""
     order = np.argsort(src_rows, kind="stable")
     out_sorted = out_rows[order]
     counts = np.bincount(src_rows, minlength=n_in)
@@ -189,4 +236,10 @@ def expand_layout(inp: Layout, n_in: int, out_rows: np.ndarray, src_rows: np.nda
     phys = np.repeat(np.arange(inp.ntuples), c)
     offset = np.arange(len(phys)) - np.repeat(np.cumsum(c) - c, c)
     rows = out_sorted[np.repeat(starts[inp.rows], c) + offset]
-    return Layout(inp.nsites, rows, inp.sites[phys], inp.partial, (phys,))
+    if data == "same":
+        origin = inp.origin[phys]
+    elif data == "per_input":
+        origin = fresh(inp.ntuples)[phys]
+    else:
+        origin = None
+    return Layout(inp.nsites, rows, inp.sites[phys], inp.partial, (phys,), None, origin)

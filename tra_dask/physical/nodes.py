@@ -189,7 +189,7 @@ class LocalJoin(PNode):
             return lay
         keys, _ = self.key_fn.apply(self.join_type.keys)
         to_out = self.type.locate(keys)
-        return L.Layout(lay.nsites, to_out[lay.rows], lay.sites, lay.partial, lay.lineage, lay.moved)
+        return L.Layout(lay.nsites, to_out[lay.rows], lay.sites, lay.partial, lay.lineage, lay.moved, lay.origin)
 
 
 @dataclass(frozen=True, eq=False)
@@ -340,7 +340,11 @@ class LocalMap(PNode):
                 f"only a pure rekey may run on them, finish the aggregation first"
             )
         out_rows, src = self.op.lineage(self.input.type, self.type)
-        return L.expand_layout(lay, self.input.type.ntuples, out_rows, src)
+        if isinstance(self.op, TileMap):
+            data = "new"
+        else:
+            data = "same" if self.op.kernel is None else "per_input"
+        return L.expand_layout(lay, self.input.type.ntuples, out_rows, src, data)
 
 
 def _describe(node: PNode):

@@ -29,10 +29,13 @@ class T:
     """One physical tuple: key, chunk, the floats moved to make it (0 unless a move
     made it), and the tuples it was made from."""
 
-    __slots__ = ("key", "chunk", "node", "moved", "parents")
+    __slots__ = ("key", "chunk", "node", "moved", "parents", "transfer")
 
-    def __init__(self, key, chunk, node, parents=(), moved=0):
+    def __init__(self, key, chunk, node, parents=(), moved=0, dest=None):
         self.key, self.chunk, self.node, self.parents, self.moved = key, chunk, node, tuple(parents), moved
+        # a transfer is one array object arriving at one site: copies that share an
+        # array (a pure rekey, insert_dim) and go to the same site travel once
+        self.transfer = (id(chunk), dest) if moved else None
 
 
 Sites = list  # one list of T per site
@@ -56,13 +59,16 @@ def simulate(plan) -> SimResult:
     chosen = [_choose(o, state[o]) for o in outputs]
     moved = {n: 0 for n in state}
     seen: set = set()
+    transfers: set = set()
     stack = [t for c in chosen for t in c.values()]
     while stack:
         t = stack.pop()
         if id(t) in seen:
             continue
         seen.add(id(t))
-        moved[t.node] += t.moved
+        if t.moved and t.transfer not in transfers:
+            transfers.add(t.transfer)
+            moved[t.node] += t.moved
         stack.extend(t.parents)
     strict = sum(t.moved for sites in state.values() for site in sites for t in site)
     return SimResult(
@@ -105,8 +111,13 @@ def _source(node: PSource):
     sites: Sites = [[] for _ in range(node.nsites)]
     lay, keys = node.layout, node.type.key_list()
     chunks = {k: node.source.load(k) for k in keys}
+    placed: set = set()
     for r, site in zip(lay.rows.tolist(), lay.sites.tolist()):
-        sites[site].append(T(keys[r], chunks[keys[r]], node))
+        chunk = chunks[keys[r]]
+        if r in placed:  # a replicated source: each site makes its own array
+            chunk = chunk.copy()
+        placed.add(r)
+        sites[site].append(T(keys[r], chunk, node))
     return sites
 
 
@@ -120,7 +131,7 @@ def _broadcast(node: Broadcast, inp: Sites):
             if key in held[dest]:
                 out[dest].append(T(key, held[dest][key].chunk, node, [held[dest][key]]))
             else:
-                out[dest].append(T(key, copy.chunk, node, [copy], _size(copy.chunk)))
+                out[dest].append(T(key, copy.chunk, node, [copy], _size(copy.chunk), dest))
     return out
 
 
@@ -133,7 +144,7 @@ def _shuffle(node: Shuffle, inp: Sites):
         for here, tuples in enumerate(inp):
             for x in tuples:
                 d = dest_of[x.key]
-                out[d].append(T(x.key, x.chunk, node, [x], _size(x.chunk) if d != here else 0))
+                out[d].append(T(x.key, x.chunk, node, [x], _size(x.chunk) if d != here else 0, d))
         return out
     held = [{x.key: x for x in tuples} for tuples in inp]  # complete: one copy of a key per site
     placed = set()
@@ -144,7 +155,7 @@ def _shuffle(node: Shuffle, inp: Sites):
     for tuples in inp:
         for x in tuples:
             if x.key not in placed:
-                out[dest_of[x.key]].append(T(x.key, x.chunk, node, [x], _size(x.chunk)))
+                out[dest_of[x.key]].append(T(x.key, x.chunk, node, [x], _size(x.chunk), dest_of[x.key]))
                 placed.add(x.key)
     return out
 
