@@ -68,9 +68,13 @@ def _close_embedded() -> None:
     client, cluster = _EMBEDDED.pop("client", None), _EMBEDDED.pop("cluster", None)
     _EMBEDDED.pop("n", None)
     if client is not None:
-        try:  # stop what is still running, so workers are not cut off mid-transfer
-            client.cancel(list(client.futures.values()), force=True)
-            client.run(lambda: None)  # a round trip: the cancellations have reached the workers
+        try:  # let short work finish, then stop the rest, so workers are not cut off mid-transfer
+            pending = [Future(k, client) for k, st in list(client.futures.items()) if not st.done()]
+            try:
+                _wait_done(pending, client, timeout=5)
+            except TimeoutError:
+                client.cancel(pending, force=True)
+                client.run(lambda: None)  # a round trip: the cancellations have reached the workers
         except Exception:
             pass
         client.close()
