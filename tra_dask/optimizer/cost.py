@@ -40,6 +40,7 @@ class NodeCost:
     bytes_per_site: np.ndarray       # held by the node's output
     peak_bytes_per_site: np.ndarray  # inputs + output, while the node runs
     flops_per_site: np.ndarray
+    tasks: int = 0                   # Dask tasks the lowering makes for this node
 
     @property
     def keys(self) -> int:
@@ -68,6 +69,16 @@ class Cost:
     peak_bytes_per_site: np.ndarray
     flops_per_site: np.ndarray
     nodes: dict = field(repr=False)  # PNode -> NodeCost
+
+    @property
+    def tasks(self) -> int:
+        """Dask tasks the lowered plan runs (a tie-breaker: fewer is simpler)."""
+        return sum(c.tasks for c in self.nodes.values())
+
+    @property
+    def tuples(self) -> int:
+        """Physical tuples over all nodes (a tie-breaker: filters early, fewer copies)."""
+        return sum(c.tuples for c in self.nodes.values())
 
     @property
     def flops_balance(self) -> float:
@@ -145,14 +156,56 @@ def node_cost(node: PNode, model: str = "exact", need: dict | None = None) -> No
     peak = held + sum((_bytes_per_site(c, need[c]) for c in node.children), np.zeros(node.nsites, dtype=np.int64))
     floats = _floats_moved(node, model, need[node])
     return NodeCost(node, floats, floats * node.type.dtype.itemsize, held, peak,
-                    _flops_per_site(node, need[node]))
+                    _flops_per_site(node, need[node]), _tasks(node, need[node]))
+
+
+def _tasks(node: PNode, need: np.ndarray) -> int:
+    """Tasks the lowering makes: one per needed array it creates (tuples that share
+    an array — aliases, copies of one kernel call, one transfer — are one task)."""
+    from ..logical.sources import ClusterSource, FromFunction
+    from ..physical import LocalFilter, PSource
+
+    lay = node.layout
+    if isinstance(node, LocalFilter) or (isinstance(node, LocalMap) and isinstance(node.op, KeyArrayMap)
+                                         and node.op.kernel is None):
+        return 0
+    if isinstance(node, PSource):
+        return int(need.sum()) if isinstance(node.source, FromFunction) else 0
+    if isinstance(node, (Broadcast, Shuffle)):
+        return len(unique(lay.origin[lay.moved & need]))
+    if isinstance(node, LocalAggregate):
+        members = np.bincount(lay.lineage[0], minlength=lay.ntuples)
+        return int((need & (members > 1)).sum())
+    _ = ClusterSource
+    return len(unique(lay.origin[need]))
+
+
+_MEMO: "OrderedDict" = None  # (node, model, demand masks) -> NodeCost; the search re-costs shared subtrees
+
+
+def _node_cost_memo(node: PNode, model: str, need: dict) -> NodeCost:
+    global _MEMO
+    if _MEMO is None:
+        from collections import OrderedDict
+
+        _MEMO = OrderedDict()
+    key = (node, model, need[node].tobytes(), tuple(need[c].tobytes() for c in node.children))
+    hit = _MEMO.get(key)
+    if hit is not None and hit.node is node:
+        _MEMO.move_to_end(key)
+        return hit
+    out = node_cost(node, model, need)
+    _MEMO[key] = out
+    if len(_MEMO) > 50_000:
+        _MEMO.popitem(last=False)
+    return out
 
 
 def plan_cost(outputs, model: str = "exact") -> Cost:
     """Cost of the plan whose results are ``outputs`` (shared nodes counted once)."""
     nodes = toposort(outputs)
     need = demand(outputs)
-    per = {n: node_cost(n, model, need) for n in nodes}
+    per = {n: _node_cost_memo(n, model, need) for n in nodes}
     s = nodes[0].nsites if nodes else 1
     return Cost(
         model, s,

@@ -11,7 +11,7 @@ __all__ = ["optimize"]
 
 
 def optimize(expr, sites: int, cost_model: str = "exact", memory_limit: float | None = None, placements=None,
-             *, budget: int = 20_000, beam: int = 4, rules=RULES) -> Plan:
+             *, budget: int = 50_000, beam: int = 2, rules=RULES) -> Plan:
     """Compile ``expr`` for ``sites`` sites and search for the cheapest equivalent plan.
 
     Cheapest means: peak bytes per site within ``memory_limit`` (when given), work

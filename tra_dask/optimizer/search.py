@@ -14,7 +14,7 @@ DAG is handled as a tree whose shared subexpressions are rebuilt identically
 (structural equality re-merges them) and is costed exactly as a DAG at the end; the
 outputs' candidates are combined and the cheapest combination wins.
 
-Every rewrite costs one unit of ``budget``; when it runs out the search stops
+Every rewritten plan a rule yields costs one unit of ``budget``; when it runs out the search stops
 expanding, says so (``truncated``) and returns the best plan found.  It always
 terminates: the closure per node is bounded in rounds and by the budget.
 """
@@ -46,10 +46,11 @@ class SearchResult:
 
 def objective(cost: Cost, memory_limit: float | None) -> tuple:
     """Lexicographic: fits in memory, balanced work (busiest site ≤ 1.25× the
-    mean), fewest floats moved, least work on the busiest site."""
+    mean), fewest floats moved, least work on the busiest site, fewest tasks, fewest
+    physical tuples."""
     over = memory_limit is not None and float(cost.peak_bytes_per_site.max()) > memory_limit
     unbalanced = cost.flops_balance > 1.25
-    return (over, unbalanced, cost.floats_moved, float(cost.flops_per_site.max()))
+    return (over, unbalanced, cost.floats_moved, float(cost.flops_per_site.max()), cost.tasks, cost.tuples)
 
 
 def _signature(node: PNode) -> bytes:
@@ -78,11 +79,13 @@ class _Budget:
 
 
 def _rewrites(node: PNode, rules, budget: _Budget, depth: int):
-    """Rules applied at ``node`` and, to ``depth`` levels, at its descendants."""
+    """Rules applied at ``node`` and, to ``depth`` levels, at its descendants; each
+    plan a rule yields costs one unit of budget."""
     for rule in rules:
-        if not budget.take():
-            return
-        yield from rule(node)
+        for alt in rule(node):
+            if not budget.take():
+                return
+            yield alt
     if depth <= 0:
         return
     for i, child in enumerate(node.children):
@@ -108,7 +111,7 @@ def _source_candidates(node: PSource) -> list[PNode]:
 
 
 def search(outputs, rules, *, model: str = "exact", memory_limit: float | None = None,
-           budget: int = 20_000, beam: int = 4, rounds: int = 3) -> SearchResult:
+           budget: int = 50_000, beam: int = 2, rounds: int = 3) -> SearchResult:
     """The cheapest plan equivalent to ``outputs`` (compiled IA nodes) under ``rules``."""
     if not isinstance(budget, int) or budget < 1:
         raise ValueError(f"the search budget must be a positive int (rewrites to try), got {budget!r}")
@@ -145,6 +148,8 @@ def search(outputs, rules, *, model: str = "exact", memory_limit: float | None =
                 for alt in _rewrites(cand, rules, b, depth=1):
                     if alt.layout.partial != partial:
                         continue  # a partial fold is not the same relation as a finished one
+                    if alt.type != node.type:  # a rule may only yield the same relation
+                        raise AssertionError(f"a rule changed the relation: {node!r} -> {alt!r}")
                     if alt not in seen:
                         seen[alt] = alt
                         new.append(alt)
@@ -161,7 +166,10 @@ def search(outputs, rules, *, model: str = "exact", memory_limit: float | None =
             if s not in sigs:
                 sigs.add(s)
                 kept.append(c)
-        chosen = kept[:beam] + [c for c in kept[beam:2 * beam] if c.placement != kept[0].placement]
+        chosen = kept[:beam]
+        # fill the beam with the next best plans even if laid out alike: a plan that ties
+        # here may be the one a rule above can improve (a filter pushed into a join)
+        chosen += [c for c in ranked if c not in chosen][: max(0, beam - len(chosen))]
         original = _signature(node)  # keep a candidate laid out like the compiled node:
         if all(_signature(c) != original for c in chosen):  # its consumers were built for it
             chosen += [c for c in kept if _signature(c) == original][:1]

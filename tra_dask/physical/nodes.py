@@ -278,13 +278,9 @@ class KeyArrayMap:
         keys, src = self.key_fn.apply(t_in.keys)
         return t_out.locate(keys), src
 
-    @property
-    def is_identity_key(self) -> bool:
-        proj = getattr(self.key_fn, "projection", None)
-        return proj is not None and proj == tuple(range(len(proj)))
-
     def __repr__(self):
-        parts = [] if self.is_identity_key else [f"key_fn={self.key_fn!r}"]
+        proj = getattr(self.key_fn, "projection", None)  # the identity reads as idOp
+        parts = [] if proj is not None and proj == tuple(range(len(proj))) and proj else [f"key_fn={self.key_fn!r}"]
         if self.kernel is not None:
             parts.append(f"kernel={self.kernel!r}")
         return ", ".join(parts) or "idOp"

@@ -17,9 +17,11 @@ def attempt(build: Callable[[], PNode]) -> Iterator[PNode]:
         return
 
 
-def is_identity_map(op) -> bool:
-    """A LocalMap op whose key function is the identity (R1-3, R1-4, R2-3)."""
-    return isinstance(op, KeyArrayMap) and op.is_identity_key
+def is_identity_map(node) -> bool:
+    """A LocalMap whose key function is the identity on its input's keys (R1-3,
+    R1-4, R2-3)."""
+    op = node.op
+    return isinstance(op, KeyArrayMap) and op.key_fn.is_identity(node.input.type.arity)
 
 
 def is_symbolic_keymap(fn) -> bool:

@@ -156,7 +156,7 @@ def classify(node: PNode) -> str | None:
         if isinstance(s, Broadcast):
             other = sides[1 - i]
             base = _strip(s)
-            name = f"BMM (broadcast {base.label})"
+            name = f"BMM (broadcast {base.label if isinstance(base, PSource) else 'an intermediate'})"
             if isinstance(base, PSource) and isinstance(_strip(other), PSource):
                 name += ", data-parallel" if i == 1 else ", model-parallel"
             return name

@@ -42,10 +42,10 @@ def r1_2_merge_maps(node: PNode) -> Iterator[PNode]:
 def r1_3_swap_map_and_filter(node: PNode) -> Iterator[PNode]:
     """R1-3. map(id, g)(σ_p(R)) ≡ σ_p(map(id, g)(R)), when the map's key function
     is the identity.  Both directions."""
-    if isinstance(node, LocalMap) and is_identity_map(node.op) and isinstance(node.input, LocalFilter):
+    if isinstance(node, LocalMap) and is_identity_map(node) and isinstance(node.input, LocalFilter):
         f = node.input
         yield from attempt(lambda: LocalFilter(LocalMap(f.input, node.op), f.pred))
-    if isinstance(node, LocalFilter) and isinstance(node.input, LocalMap) and is_identity_map(node.input.op):
+    if isinstance(node, LocalFilter) and isinstance(node.input, LocalMap) and is_identity_map(node.input):
         m = node.input
         yield from attempt(lambda: LocalMap(LocalFilter(m.input, node.pred), m.op))
 
@@ -58,13 +58,13 @@ def r1_4_map_through_aggregate(node: PNode) -> Iterator[PNode]:
     groups of three or more is g(agg(g(agg(a, b)), c)) ≠ g(agg(agg(a, b), c)); we
     implement only the distributive form, which is sound (it is how ``row_sum`` moves
     below the aggregation in nearest neighbour)."""
-    if (isinstance(node, LocalMap) and is_identity_map(node.op) and node.op.kernel is not None
+    if (isinstance(node, LocalMap) and is_identity_map(node) and node.op.kernel is not None
             and isinstance(node.input, LocalAggregate)):
         agg = node.input
         if getattr(agg.kernel, "arity", 0) == 2 and node.op.kernel.distributes(agg.kernel):
             op = KeyArrayMap(identity(agg.input.type.arity), node.op.kernel)
             yield from attempt(lambda: LocalAggregate(LocalMap(agg.input, op), agg.group_by, agg.kernel))
-    if (isinstance(node, LocalAggregate) and isinstance(node.input, LocalMap) and is_identity_map(node.input.op)
+    if (isinstance(node, LocalAggregate) and isinstance(node.input, LocalMap) and is_identity_map(node.input)
             and node.input.op.kernel is not None and getattr(node.kernel, "arity", 0) == 2
             and node.input.op.kernel.distributes(node.kernel)):
         m = node.input
@@ -123,7 +123,7 @@ def r1_7_merge_map_into_join(node: PNode) -> Iterator[PNode]:
     if j.key_fn is not None and not isinstance(j.key_fn, KeyMap):
         return
     key_fn = op.key_fn if j.key_fn is None else op.key_fn.compose(j.key_fn)
-    if op.is_identity_key and j.key_fn is None:
+    if op.key_fn.is_identity(j.type.arity) and j.key_fn is None:
         key_fn = None
     kernels = [j.kernel] if op.kernel is None else [compose(op.kernel, j.kernel)]
     if op.kernel is not None and op.kernel.distributes(j.kernel):

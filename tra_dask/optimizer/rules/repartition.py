@@ -42,13 +42,13 @@ def r2_3_swap_move_and_map(node: PNode) -> Iterator[PNode]:
     if isinstance(node, Broadcast) and isinstance(node.input, LocalMap):
         m = node.input
         yield from attempt(lambda: LocalMap(Broadcast(m.input), m.op))
-    if isinstance(node, Shuffle) and isinstance(node.input, LocalMap) and is_identity_map(node.input.op):
+    if isinstance(node, Shuffle) and isinstance(node.input, LocalMap) and is_identity_map(node.input):
         m = node.input
         yield from attempt(lambda: LocalMap(Shuffle(m.input, node.dims), m.op))
     if isinstance(node, LocalMap) and isinstance(node.input, Broadcast):
         b = node.input
         yield from attempt(lambda: Broadcast(LocalMap(b.input, node.op)))
-    if isinstance(node, LocalMap) and isinstance(node.input, Shuffle) and is_identity_map(node.op):
+    if isinstance(node, LocalMap) and isinstance(node.input, Shuffle) and is_identity_map(node):
         s = node.input
         yield from attempt(lambda: Shuffle(LocalMap(s.input, node.op), s.dims))
 
