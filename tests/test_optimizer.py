@@ -192,3 +192,14 @@ def test_explain_names_strategy_and_search():
     text = plan.explain()
     assert "strategy: " in text and ("BMM" in text or "CMM" in text or "RMM" in text)
     assert "search: " in text and "alternatives kept" in text
+
+
+@pytest.mark.parametrize("sites", [2, 3])
+def test_optimized_plans_simulate_to_the_reference_and_move_what_they_predict(sites):
+    from test_ia import EXPRESSIONS, _same
+
+    for name, expr in EXPRESSIONS.items():
+        plan = td.optimize(expr, sites=sites)
+        sim = td.simulate(plan)
+        _same(sim.result, td.evaluate(expr))
+        assert sim.floats_moved == plan.cost.floats_moved, name

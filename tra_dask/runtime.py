@@ -27,6 +27,7 @@ from .logical import ClusterSource, Relation, flatten_outputs, to_numpy
 from .logical.nodes import toposort
 from .lowering import Lowered, lower
 from .optimizer import Plan, compile
+from .optimizer import optimize as _optimize
 from .physical import KeySites
 from .types import RelationType
 
@@ -238,7 +239,8 @@ def _cluster_placements(expr, client: Client, workers: list[str]) -> dict:
     return out
 
 
-def submit(expr_or_plan, client: Client | None = None, sites=None):
+def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: bool = True,
+           memory_limit: float | None = None, cost_model: str = "exact"):
     """Run a TRA expression (or a Plan) on a Dask cluster; futures back.
 
     Parameters
@@ -248,6 +250,10 @@ def submit(expr_or_plan, client: Client | None = None, sites=None):
         Default: an embedded LocalCluster on 127.0.0.1 with one worker per site.
     sites : int or list of worker addresses, optional
         How many (or which) workers are the plan's sites; default all.
+    optimize : bool
+        Search for the cheapest plan (default); False runs the paper's compiled plan.
+    memory_limit : bytes per site, optional
+        Default: the smallest memory limit of the chosen workers (if they have one).
 
     Returns
     -------
@@ -263,8 +269,22 @@ def submit(expr_or_plan, client: Client | None = None, sites=None):
         expr = expr_or_plan
         if not isinstance(expr, (Relation, tuple, list, dict)) and hasattr(expr, "__tra_relation__"):
             expr = expr.__tra_relation__()
-        plan = compile(expr, sites=len(workers), placements=_cluster_placements(expr, client, workers) or None)
+        placements = _cluster_placements(expr, client, workers) or None
+        if optimize:
+            if memory_limit is None:
+                memory_limit = _workers_memory_limit(client, workers)
+            plan = _optimize(expr, sites=len(workers), placements=placements, memory_limit=memory_limit,
+                             cost_model=cost_model)
+        else:
+            plan = compile(expr, sites=len(workers), placements=placements, cost_model=cost_model)
     return _run(plan, client, workers)
+
+
+def _workers_memory_limit(client: Client, workers: list[str]) -> float | None:
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    limits = [info[w].get("memory_limit") or 0 for w in workers if w in info]
+    limits = [x for x in limits if x > 0]
+    return float(min(limits)) if limits else None
 
 
 def _check_plan_sources(plan: Plan, client: Client, workers: list[str]) -> None:
@@ -315,9 +335,10 @@ def _run(plan: Plan, client: Client, workers: list[str]):
     return plan.rebuild(results)
 
 
-def compute(expr, client: Client | None = None, sites=None, progress: bool = False):
-    """Run ``expr`` and gather: ``{key: chunk}`` (or a tuple/dict of them)."""
-    out = submit(expr, client=client, sites=sites)
+def compute(expr, client: Client | None = None, sites=None, progress: bool = False, **kw):
+    """Run ``expr`` and gather: ``{key: chunk}`` (or a tuple/dict of them).  Keyword
+    arguments go to :func:`submit` (``optimize``, ``memory_limit``, ``cost_model``)."""
+    out = submit(expr, client=client, sites=sites, **kw)
     items, rebuild = _flatten_futures(out)
     if progress:
         from distributed import progress as _progress

@@ -206,6 +206,8 @@ def plan_cost(outputs, model: str = "exact") -> Cost:
     nodes = toposort(outputs)
     need = demand(outputs)
     per = {n: _node_cost_memo(n, model, need) for n in nodes}
+    if model == "exact":
+        per = _one_transfer_per_array_and_site(nodes, need, per)
     s = nodes[0].nsites if nodes else 1
     return Cost(
         model, s,
@@ -215,6 +217,30 @@ def plan_cost(outputs, model: str = "exact") -> Cost:
         np.sum([c.flops_per_site for c in per.values()], axis=0) if per else np.zeros(s),
         per,
     )
+
+
+def _one_transfer_per_array_and_site(nodes, need, per):
+    """Two moves of one array to one site (from different Broadcast/Shuffle nodes)
+    are one transfer on a cluster: the worker already holds it.  Count it for the
+    first node (in plan order) that moves it."""
+    import dataclasses
+
+    seen: set = set()
+    out = dict(per)
+    for n in nodes:
+        if not isinstance(n, (Broadcast, Shuffle)):
+            continue
+        lay = n.layout
+        idx = np.flatnonzero(lay.moved & need[n])
+        src_origin = n.input.layout.origin[lay.lineage[0][idx]]
+        floats = 0
+        for o, d, i in zip(src_origin.tolist(), lay.sites[idx].tolist(), idx.tolist()):
+            if (o, d) not in seen:
+                seen.add((o, d))
+                floats += int(n.type.chunk_sizes[lay.rows[i]])
+        if floats != per[n].floats_moved:
+            out[n] = dataclasses.replace(per[n], floats_moved=floats, bytes_moved=floats * n.type.dtype.itemsize)
+    return out
 
 
 def brute_force_frontier(node: PNode) -> tuple:

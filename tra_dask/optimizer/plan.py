@@ -68,9 +68,16 @@ class Plan:
     def strategies(self) -> list[str]:
         """The recognised strategies of the plan's contractions (BMM/CMM/RMM,
         data-/model-parallel), in plan order."""
+        from ..physical import LocalAggregate, Shuffle
         from .rules import classify
 
-        return [s for s in (classify(n) for n in self.nodes) if s]
+        inner = set()  # the first fold of a pre-aggregated contraction is named with the last
+        for n in self.nodes:
+            if isinstance(n, LocalAggregate):
+                below = n.input.input if isinstance(n.input, Shuffle) else n.input
+                if isinstance(below, LocalAggregate):
+                    inner.add(below)
+        return [s for s in (classify(n) for n in self.nodes if n not in inner) if s]
 
     def with_cost_model(self, model: str) -> "Plan":
         return Plan(self.outputs, self.rebuild, self.sites, model, self.expr)
