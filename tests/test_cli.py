@@ -33,3 +33,10 @@ def test_submit_overhead_benchmark_runs(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "ms/task" in out.stdout
+
+
+def test_optimizer_benchmark_quick_runs():
+    out = subprocess.run([sys.executable, "benchmarks/optimizer_time.py", "--quick", "--no-write"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "matmul common-large-dim" in out.stdout and "chosen 1.00e+09" in out.stdout

@@ -1,0 +1,111 @@
+"""How long td.optimize takes, and what it picks, at the paper's sizes (keys only).
+
+Matrix multiply (three shapes, 10 sites), the FFNN SGD step (speech-like and
+extreme-classification shapes, 5 sites) and nearest neighbour (8 sites); best of
+--repeat runs; the chosen plan's predicted cost next to the paper's best.  Writes a
+table into benchmarks/README.md.
+
+    python benchmarks/optimizer_time.py [--repeat 3] [--quick] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import tra_dask as td
+from tra_dask.programs import ffnn_sgd_step, matmul, nearest_neighbor
+
+
+class NoData:
+    def __init__(self, tag):
+        self.tag = tag
+
+    def __call__(self, key):
+        raise AssertionError("planning must not load data")
+
+
+def src(shape, blocks, name):
+    return td.from_function(NoData(name), shape, tuple(-(-n // b) for n, b in zip(shape, blocks)), "float32", name=name)
+
+
+def cases(quick: bool):
+    mm = {"matmul general": ((40_000, 40_000, 40_000), 1.6e10), "matmul common-large-dim": ((10_000, 640_000, 10_000), 1.0e9),
+          "matmul two-large-dims": ((80_000, 10_000, 80_000), 8.0e9)}
+    for name, ((I, K, J), paper) in mm.items():
+        yield name, 10, paper, lambda I=I, K=K, J=J: matmul(src((I, K), (10, 10), "X"), src((K, J), (10, 10), "Y"))
+    if quick:
+        return
+    ff = {"ffnn speech H=1e5": ((10_000, 1600, 100_000, 10), (5, 2, 10, 1), 9.7e8),
+          "ffnn xml H=1e3": ((1_000, 597_540, 1_000, 14_588), (5, 10, 5, 5), 1.0e7)}
+    for name, ((N, D, H, L), (bn, bd, bh, bl), paper) in ff.items():
+        yield name, 5, paper, lambda N=N, D=D, H=H, L=L, bn=bn, bd=bd, bh=bh, bl=bl: ffnn_sgd_step(
+            src((N, D), (bn, bd), "X"), src((N, L), (bn, bl), "Y"), src((D, H), (bd, bh), "W1"),
+            src((H, L), (bh, bl), "W2"), 0.1)
+    nn = {"nearest neighbour N=1.5e5 D=6e3": ((150_000, 6000), (16, 4), 2.9e8),
+          "nearest neighbour N=6e3 D=3e4": ((6000, 30_000), (4, 16), 4.8e9)}
+    for name, ((N, D), (bn, bd), paper) in nn.items():
+        yield name, 8, paper, lambda N=N, D=D, bn=bn, bd=bd: nearest_neighbor(
+            src((D,), (bd,), "xq"), src((N, D), (bn, bd), "X"), src((D, D), (bd, bd), "A"))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help="matmul only, one run")
+    p.add_argument("--no-write", dest="write", action="store_false")
+    args = p.parse_args(argv)
+    rows = []
+    for name, sites, paper, build in cases(args.quick):
+        times, plan = [], None
+        for _ in range(1 if args.quick else args.repeat):
+            expr = build()
+            t0 = time.perf_counter()
+            plan = td.optimize(expr, sites=sites, cost_model="paper")
+            times.append(time.perf_counter() - t0)
+        row = (name, sites, min(times), plan.cost.floats_moved, paper, plan.compiled.cost.floats_moved,
+               "; ".join(dict.fromkeys(plan.strategies())), plan.search.truncated)
+        rows.append(row)
+        print(f"{name:<34} {sites:>2} sites  optimize {min(times):6.2f} s  chosen {row[3]:.2e}  paper best {paper:.1e}"
+              f"  compiled {row[5]:.2e}  [{row[6]}]{'  (budget exhausted)' if row[7] else ''}")
+    if args.write and not args.quick:
+        write_readme(rows, args)
+
+
+def write_readme(rows, args):
+    path = Path(__file__).with_name("README.md")
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    lines = [
+        "## optimizer time",
+        "",
+        f"`python benchmarks/optimizer_time.py --repeat {args.repeat}` — {stamp}, {platform.node()} "
+        f"({platform.machine()}, {os.cpu_count()} cores), python {platform.python_version()}. Keys only "
+        "(`from_function` loaders that must not run), cost model `\"paper\"` so the paper's predicted-cost "
+        "tables are comparable. Best of the repeats.",
+        "",
+        "| program | sites | optimize (s) | chosen plan (floats moved) | paper's best | compiled plan | strategies |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, sites, t, chosen, paper, compiled, strategies, truncated in rows:
+        lines.append(f"| {name} | {sites} | {t:.2f} | {chosen:.2e} | {paper:.1e} | {compiled:.2e} | {strategies}"
+                     f"{' (budget exhausted)' if truncated else ''} |")
+    lines += ["", "Targets: < 0.5 s for matmul, < 5 s for the FFNN step."]
+    block = "\n".join(lines) + "\n"
+    start = text.find("## optimizer time")
+    if start >= 0:
+        end = text.find("\n## ", start + 1)
+        text = text[:start] + block + (text[end + 1:] if end >= 0 else "")
+    else:
+        text = text.rstrip() + "\n\n" + block
+    path.write_text(text)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
