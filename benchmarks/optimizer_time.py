@@ -16,9 +16,9 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
 
 import tra_dask as td
+from _report import write_section
 from tra_dask.programs import ffnn_sgd_step, matmul, nearest_neighbor
 
 
@@ -78,12 +78,8 @@ def main(argv=None):
 
 
 def write_readme(rows, args):
-    path = Path(__file__).with_name("README.md")
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     lines = [
-        "## optimizer time",
-        "",
         f"`python benchmarks/optimizer_time.py --repeat {args.repeat}` — {stamp}, {platform.node()} "
         f"({platform.machine()}, {os.cpu_count()} cores), python {platform.python_version()}. Keys only "
         "(`from_function` loaders that must not run), cost model `\"paper\"` so the paper's predicted-cost "
@@ -96,15 +92,7 @@ def write_readme(rows, args):
         lines.append(f"| {name} | {sites} | {t:.2f} | {chosen:.2e} | {paper:.1e} | {compiled:.2e} | {strategies}"
                      f"{' (budget exhausted)' if truncated else ''} |")
     lines += ["", "Targets: < 0.5 s for matmul, < 5 s for the FFNN step."]
-    block = "\n".join(lines) + "\n"
-    start = text.find("## optimizer time")
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + block + (text[end + 1:] if end >= 0 else "")
-    else:
-        text = text.rstrip() + "\n\n" + block
-    path.write_text(text)
-    print(f"wrote {path}")
+    write_section("optimizer time", lines)
 
 
 if __name__ == "__main__":

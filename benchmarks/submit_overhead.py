@@ -17,11 +17,11 @@ import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 import tra_dask as td
+from _report import write_section
 from tra_dask.runtime import embedded_client
 
 
@@ -71,12 +71,8 @@ def write_readme(rows, args):
     import dask
     import distributed
 
-    path = Path(__file__).with_name("README.md")
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     table = [
-        "## submit overhead",
-        "",
         f"`python benchmarks/submit_overhead.py --repeat {args.repeat} --sites {args.sites}` — {stamp}, "
         f"{platform.node()} ({platform.machine()}, {os.cpu_count()} cores), python {platform.python_version()}, "
         f"dask {dask.__version__}, distributed {distributed.__version__}, numpy {np.__version__}. "
@@ -90,15 +86,7 @@ def write_readme(rows, args):
     table.append("")
     table.append("Target: < 1.5 ms per task end to end. End to end = from `td.submit` (compile, lower, send) "
                  "until every result is in worker memory.")
-    block = "\n".join(table) + "\n"
-    start = text.find("## submit overhead")
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + block + (text[end + 1:] if end >= 0 else "")
-    else:
-        text = text.rstrip() + "\n\n" + block
-    path.write_text(text)
-    print(f"wrote {path}")
+    write_section("submit overhead", table)
 
 
 if __name__ == "__main__":

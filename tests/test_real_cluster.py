@@ -55,7 +55,7 @@ def test_submit_on_a_dask_scheduler_cluster(real_cluster):
     with Client(scheduler_file=str(sched_file), timeout="30s") as client:
         client.wait_for_workers(2, timeout=60)
         workers = client.scheduler_info()["workers"]
-        assert all(w.startswith("tcp://127.0.0.1:") for w in workers)  # nothing on 0.0.0.0
+        assert all(w.startswith("tcp://127.0.0.1:") for w in workers)  # nothing bound to all interfaces
         X = random_uniform((600, 400), (200, 200), seed=3, name="X")
         Y = random_uniform((400, 300), (200, 150), seed=4, name="Y")
         rf = td.submit(matmul(X, Y), client=client)

@@ -91,7 +91,7 @@ def ab():
     return PSource(A, Part((0,), 2)), PSource(B, Part((0,), 2))
 
 
-def _same(before, after):
+def check_same(before, after):
     want = td.simulate(td.Plan([before])).result
     got = td.simulate(td.Plan([after])).result
     assert sorted(got) == sorted(want)
@@ -105,7 +105,7 @@ def test_golden(name, ab):
     after = [repr(x) for x in RULE[name](before)]
     assert after == GOLDEN[name]
     for x in RULE[name](before):
-        _same(before, x)
+        check_same(before, x)
 
 
 def _placement(draw, rel, sites):
@@ -136,7 +136,7 @@ def test_both_sides_simulate_alike(name, data):
     if before.layout.partial:
         return
     for after in RULE[name](before):
-        _same(before, after)
+        check_same(before, after)
 
 
 def test_opaque_predicates_and_key_functions_stop_the_rules(ab):
