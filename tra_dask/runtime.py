@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import dask
 import numpy as np
 from distributed import Client, Future, LocalCluster
-from distributed.diagnostics.plugin import SchedulerPlugin
+from .dashboard import TraScheduler, _add_plan, _set_measured, page_link
 
 from .logical import ClusterSource, Relation, flatten_outputs, to_numpy
 from .logical.nodes import toposort
@@ -31,7 +31,7 @@ from .optimizer import optimize as _optimize
 from .physical import KeySites
 from .types import RelationType
 
-__all__ = ["submit", "compute", "RelationFutures", "from_dask_array", "embedded_client", "TaskRecorder"]
+__all__ = ["submit", "compute", "RelationFutures", "from_dask_array", "embedded_client"]
 
 # Measured facts (ARCHITECTURE §5): the transfer log must not wrap during a submission,
 # and tasks pinned to a worker that died must error rather than wait forever.
@@ -93,27 +93,10 @@ except Exception:  # pragma: no cover - other interpreters
 # task records on the scheduler
 
 
-class TaskRecorder(SchedulerPlugin):
-    """Records which worker computed each task (bounded), so placement can be checked
-    from the scheduler's own transitions."""
-
-    name = "tra-dask-task-recorder"
-    idempotent = True
-
-    def __init__(self, limit: int = 1_000_000):
-        self.limit = limit
-        self.ran: OrderedDict = OrderedDict()
-
-    def transition(self, key, start, finish, *args, stimulus_id=None, **kwargs):
-        if start == "processing" and finish == "memory" and kwargs.get("worker"):
-            self.ran[key] = kwargs["worker"]
-            if len(self.ran) > self.limit:
-                self.ran.popitem(last=False)
-
-
 def _ensure_recorder(client: Client) -> bool:
+    """Register the tra_dask scheduler plugin (task records and the dashboard page)."""
     try:
-        client.register_plugin(TaskRecorder())
+        client.register_plugin(TraScheduler())
         return True
     except Exception:  # a scheduler that cannot import tra_dask: no records, nothing else lost
         return False
@@ -310,6 +293,8 @@ def _run(plan: Plan, client: Client, workers: list[str]):
     token = uuid.uuid4().hex[:10]
     lowered = lower(plan, workers, token)
     recorded = _ensure_recorder(client)
+    if recorded:
+        _publish(plan, lowered, client)
     started = time.time()
     keepalive: dict = {}
     for w, data in lowered.scatter.items():
@@ -335,16 +320,44 @@ def _run(plan: Plan, client: Client, workers: list[str]):
     return plan.rebuild(results)
 
 
-def compute(expr, client: Client | None = None, sites=None, progress: bool = False, **kw):
-    """Run ``expr`` and gather: ``{key: chunk}`` (or a tuple/dict of them).  Keyword
-    arguments go to :func:`submit` (``optimize``, ``memory_limit``, ``cost_model``)."""
+def _publish(plan: Plan, lowered: Lowered, client: Client) -> None:
+    """Show the plan on the scheduler's tra_dask page."""
+    keys = sorted(lowered.graph_keys(), key=str)  # tasks (scattered chunks are data, not tasks)
+    record = {
+        "token": lowered.token,
+        "label": " + ".join(o.label for o in plan.outputs),
+        "explain": plan.explain(),
+        "strategies": plan.strategies(),
+        "predicted_bytes": int(plan.cost.bytes_moved),
+        "workers": list(lowered.workers),
+        "keys": keys,
+        "key_workers": [lowered.planned[k] for k in keys],
+    }
+    try:
+        client.run_on_scheduler(_add_plan, record=record)
+    except Exception:  # the page is a convenience; the run does not depend on it
+        pass
+
+
+def compute(expr, client: Client | None = None, sites=None, progress: bool = True, **kw):
+    """Run ``expr`` and gather: ``{key: chunk}`` (or a tuple/dict of them), with Dask's
+    progress bar (``progress=False`` for none).  Keyword arguments go to
+    :func:`submit` (``optimize``, ``memory_limit``, ``cost_model``)."""
     out = submit(expr, client=client, sites=sites, **kw)
     items, rebuild = _flatten_futures(out)
     if progress:
         from distributed import progress as _progress
 
+        notebook = False
+        try:  # a widget in notebooks when ipywidgets is there; a text bar everywhere else
+            import ipywidgets  # noqa: F401
+            from IPython import get_ipython
+
+            notebook = type(get_ipython()).__name__ == "ZMQInteractiveShell"
+        except Exception:
+            pass
         with items[0].client.as_current():
-            _progress([f for rf in items for f in rf.values()])
+            _progress([f for rf in items for f in rf.values()], notebook=notebook)
     return rebuild([rf.gather() for rf in items])
 
 
@@ -400,9 +413,15 @@ class RelationFutures(Mapping):
             states[f.status] = states.get(f.status, 0) + 1
         return f"<RelationFutures {self.node.label}: {len(self)} chunks {states} on {len(self.lowered.workers)} sites>"
 
+    def _repr_html_(self) -> str:
+        from .viz import futures_html
+        return futures_html(self)
+
     @property
     def dashboard_link(self) -> str | None:
-        return getattr(self.client, "dashboard_link", None)
+        """This submission on the scheduler's tra_dask dashboard page."""
+        link = page_link(self.client)
+        return f"{link}#{self.token}" if link else None
 
     # -- waiting -----------------------------------------------------------
     def wait(self, timeout: float | None = None) -> "RelationFutures":
@@ -481,7 +500,13 @@ class RelationFutures(Mapping):
                     total += sum(n for k, n in e["keys"].items() if k in ours)
             return total
 
-        return int(sum(self.client.run(count, workers=list(workers)).values()))
+        total = int(sum(self.client.run(count, workers=list(workers)).values()))
+        if self._recorded:
+            try:
+                self.client.run_on_scheduler(_set_measured, token=self.token, nbytes=total)
+            except Exception:
+                pass
+        return total
 
     def ran_on(self) -> dict:
         """``{dask key: worker}`` for every task of this submission that the
@@ -492,7 +517,7 @@ class RelationFutures(Mapping):
         keys = self.lowered.graph_keys()
 
         def grab(dask_scheduler, keys=keys):
-            plugin = dask_scheduler.plugins.get(TaskRecorder.name)
+            plugin = dask_scheduler.plugins.get(TraScheduler.name)
             return {} if plugin is None else {k: plugin.ran[k] for k in keys if k in plugin.ran}
 
         return self.client.run_on_scheduler(grab)

@@ -154,6 +154,10 @@ class Relation(Node):
         from .evaluate import to_numpy
         return to_numpy(self)
 
+    def _repr_html_(self) -> str:
+        from ..viz import relation_html
+        return relation_html(self)
+
 
 # ---------------------------------------------------------------------------
 # operators (their type rules are the module functions ``*_type`` below, shared with

@@ -138,3 +138,17 @@ class Plan:
 
     def _repr_pretty_(self, p, cycle):  # IPython
         p.text(self.explain())
+
+    def _repr_html_(self) -> str:
+        from ..viz import plan_html
+        return plan_html(self)
+
+    def to_networkx(self):
+        """The plan as a networkx DiGraph (see :func:`tra_dask.viz.to_networkx`)."""
+        from ..viz import to_networkx
+        return to_networkx(self)
+
+    def visualize(self, filename: str | None = None, format: str | None = None):
+        """Draw the plan (matplotlib); write ``filename`` if given (see :func:`tra_dask.viz.visualize`)."""
+        from ..viz import visualize
+        return visualize(self, filename, format)
