@@ -27,7 +27,7 @@ from .types import ArrayType, RelationType
 
 __version__ = "0.1.0"
 
-_RUNTIME = ("submit", "compute", "from_dask_array", "RelationFutures")
+_RUNTIME = ("submit", "compute", "plan_for", "from_dask_array", "RelationFutures")
 
 
 def __getattr__(name):
@@ -42,6 +42,6 @@ __all__ = [
     "Relation", "Kernel", "kernel", "ArrayType", "RelationType",
     "from_numpy", "from_chunks", "from_function",
     "aggregate", "join", "rekey", "filter", "transform", "tile", "concat",
-    "evaluate", "to_numpy", "compile", "optimize", "simulate", "submit", "compute", "from_dask_array", "RelationFutures", "Plan", "All", "Part", "KeySites",
+    "evaluate", "to_numpy", "compile", "optimize", "simulate", "submit", "compute", "plan_for", "from_dask_array", "RelationFutures", "Plan", "All", "Part", "KeySites",
     "keys", "kernels", "programs", "k", "k0", "k1", "k2", "k3",
 ]

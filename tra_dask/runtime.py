@@ -31,7 +31,7 @@ from .optimizer import optimize as _optimize
 from .physical import KeySites
 from .types import RelationType
 
-__all__ = ["submit", "compute", "RelationFutures", "from_dask_array", "embedded_client"]
+__all__ = ["submit", "compute", "plan_for", "RelationFutures", "from_dask_array", "embedded_client"]
 
 # Measured facts (ARCHITECTURE §5): the transfer log must not wrap during a submission,
 # and tasks pinned to a worker that died must error rather than wait forever.
@@ -222,6 +222,22 @@ def _cluster_placements(expr, client: Client, workers: list[str]) -> dict:
     return out
 
 
+def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool = True,
+         memory_limit: float | None = None, cost_model: str = "exact") -> Plan:
+    """The plan :func:`submit` would run for ``expr`` on ``client``'s workers (with the
+    fixed placements of data already on the cluster), without running it."""
+    client, workers = _resolve(client, sites)
+    if not isinstance(expr, (Relation, tuple, list, dict)) and hasattr(expr, "__tra_relation__"):
+        expr = expr.__tra_relation__()
+    placements = _cluster_placements(expr, client, workers) or None
+    if not optimize:
+        return compile(expr, sites=len(workers), placements=placements, cost_model=cost_model)
+    if memory_limit is None:
+        memory_limit = _workers_memory_limit(client, workers)
+    return _optimize(expr, sites=len(workers), placements=placements, memory_limit=memory_limit,
+                     cost_model=cost_model)
+
+
 def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: bool = True,
            memory_limit: float | None = None, cost_model: str = "exact"):
     """Run a TRA expression (or a Plan) on a Dask cluster; futures back.
@@ -249,17 +265,8 @@ def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: 
             raise ValueError(f"the plan is for {plan.sites} sites but {len(workers)} workers were chosen")
         _check_plan_sources(plan, client, workers)
     else:
-        expr = expr_or_plan
-        if not isinstance(expr, (Relation, tuple, list, dict)) and hasattr(expr, "__tra_relation__"):
-            expr = expr.__tra_relation__()
-        placements = _cluster_placements(expr, client, workers) or None
-        if optimize:
-            if memory_limit is None:
-                memory_limit = _workers_memory_limit(client, workers)
-            plan = _optimize(expr, sites=len(workers), placements=placements, memory_limit=memory_limit,
-                             cost_model=cost_model)
-        else:
-            plan = compile(expr, sites=len(workers), placements=placements, cost_model=cost_model)
+        plan = plan_for(expr_or_plan, client, workers, optimize=optimize, memory_limit=memory_limit,
+                        cost_model=cost_model)
     return _run(plan, client, workers)
 
 
@@ -271,21 +278,21 @@ def _workers_memory_limit(client: Client, workers: list[str]) -> float | None:
 
 
 def _check_plan_sources(plan: Plan, client: Client, workers: list[str]) -> None:
-    """A hand-made plan must place cluster-resident data where it is."""
+    """A hand-made plan must place cluster-resident data on a worker that holds it."""
     from .physical import PSource
 
     nodes = [n for n in plan.nodes if isinstance(n, PSource) and isinstance(n.source, ClusterSource)]
     for node in nodes:
-        where = _cluster_placements(node.source, client, workers)[node.source]
-        actual = dict(where.items)
-        planned = node.layout.site_keys(node.type)
-        for site, keys in enumerate(planned):
+        src = node.source
+        _check_cluster_source(src, client)
+        who = _who_has(client, [k for _, k in src.dask_keys])
+        holders = {tk: {workers.index(w) for w in who.get(dk, ()) if w in workers} for tk, dk in src.dask_keys}
+        for site, keys in enumerate(node.layout.site_keys(node.type)):
             for k in keys:
-                if actual[k] != site:
+                if holders[k] and site not in holders[k]:
                     raise ValueError(
-                        f"the plan places {node.source.name} chunk {k} on site {site}, but it lives on site "
-                        f"{actual[k]} ({workers[actual[k]]}); plan it with td.submit(expr) or "
-                        f"placements={{source: KeySites}} from where it is"
+                        f"the plan places {src.name} chunk {k} on site {site}, but it lives on site(s) "
+                        f"{sorted(holders[k])}; plan it with td.submit(expr) or td.plan_for(expr, client)"
                     )
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from .nodes import Aggregate, Concat, Filter, Join, Rekey, Relation, Tile, Transform, _fmt_keys, toposort
 from .sources import Source
 
-__all__ = ["evaluate", "to_numpy", "check_integrity", "flatten_outputs"]
+__all__ = ["evaluate", "to_numpy", "check_integrity", "flatten_outputs", "substitute"]
 
 Chunks = dict
 
@@ -234,3 +234,24 @@ def to_numpy(rel: Relation, chunks: Chunks | None = None):
         idx = tuple(slice(int(offsets[d][v]), int(offsets[d][v + 1])) for d, v in enumerate(key))
         out[idx] = a
     return out
+
+
+def substitute(expr, mapping: dict):
+    """``expr`` with the relations in ``mapping`` (old -> new, same type) replaced,
+    everywhere they occur; a tuple/dict of relations keeps its structure."""
+    outputs, rebuild = flatten_outputs(expr)
+    new: dict = {}
+    for node in toposort(outputs):
+        if node in mapping:
+            repl = mapping[node]
+            repl = repl.__tra_relation__() if hasattr(repl, "__tra_relation__") else repl
+            if repl.type != node.type:
+                raise ValueError(f"substitute: {repl.label} does not have the type of {node.label}")
+            new[node] = repl
+        elif node.children and any(new[c] is not c for c in node.children):
+            import dataclasses
+
+            new[node] = dataclasses.replace(node, **dict(zip(node._children, (new[c] for c in node.children))))
+        else:
+            new[node] = node
+    return rebuild([new[o] for o in outputs])

@@ -1,0 +1,265 @@
+"""Shared by the workload benchmarks: one cluster, inputs on the workers before
+timing, tra_dask (chosen plan and every alternative) next to dask.array, numpy and
+torch, measured bytes between workers, and a load check on the machine."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import os
+import platform
+import statistics
+import time
+
+import dask
+import numpy as np
+import psutil
+from distributed import Client, LocalCluster, wait
+
+import tra_dask as td
+
+CONFIG = {"distributed.admin.low-level-log-length": 1_000_000}
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--sites", type=int, default=2)
+    p.add_argument("--scale", type=float, default=1.0, help="fraction of the sizes (default: 1/10 of the paper's)")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--dtype", nargs="+", default=["float64", "float32"])
+    p.add_argument("--quick", action="store_true", help="small sizes, one repeat: a smoke test")
+    p.add_argument("--alternatives", type=int, default=6, help="alternative plans to time besides the chosen one")
+    p.add_argument("--no-write", dest="write", action="store_false")
+    return p
+
+
+def start_cluster(sites: int) -> Client:
+    """A client whose ``close()`` also closes its LocalCluster."""
+    with dask.config.set(CONFIG):
+        cluster = LocalCluster(n_workers=sites, threads_per_worker=1, processes=True, host="127.0.0.1",
+                               dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL)
+        client = Client(cluster)
+    close = client.close
+
+    def close_both(*a, **kw):
+        close(*a, **kw)
+        cluster.close()
+
+    client.close = close_both
+    return client
+
+
+def worker_bytes(client: Client, since: float, until: float) -> int:
+    """Bytes sent worker-to-worker between ``since`` and ``until`` (transfer logs)."""
+    workers = set(client.scheduler_info()["workers"])
+
+    def count(dask_worker, since=since, until=until, workers=workers):
+        return sum(e["total"] for e in dask_worker.transfer_outgoing_log
+                   if e["who"] in workers and since <= e["start"] <= until)
+
+    return int(sum(client.run(count).values()))
+
+
+class LoadWatch:
+    """CPU seconds used on the machine by processes that are not ours during a run."""
+
+    def __init__(self, client: Client | None):
+        ours = {os.getpid()} | {c.pid for c in psutil.Process().children(recursive=True)}
+        self.ours = ours
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        self.total0 = sum(psutil.cpu_times()[:3])
+        self.ours0 = self._ours()
+        return self
+
+    def _ours(self):
+        s = 0.0
+        for pid in self.ours:
+            try:
+                t = psutil.Process(pid).cpu_times()
+                s += t.user + t.system
+            except psutil.Error:
+                pass
+        return s
+
+    def __exit__(self, *exc):
+        self.wall = time.perf_counter() - self.t0
+        total = sum(psutil.cpu_times()[:3]) - self.total0
+        mine = self._ours() - self.ours0
+        self.other = max(0.0, total - mine)
+        return False
+
+    @property
+    def busy(self) -> bool:
+        """Other processes used more than 20% of one core during the run."""
+        return self.other > 0.2 * self.wall
+
+
+def measure(run, repeat: int, setup=None):
+    """Time ``run(setup())`` ``repeat`` times, ``setup`` untimed (fresh inputs each
+    time, so copies a previous run left on other workers do not help the next); a run
+    during which other processes used the CPU is redone once, then flagged.  Returns
+    (min, median, flagged, last setup, last result)."""
+    walls, flagged, out, ctx = [], 0, None, None
+    for _ in range(repeat):
+        for attempt in range(2):
+            ctx = setup() if setup is not None else None
+            with LoadWatch(None) as w:
+                out = run(ctx)
+            if not w.busy:
+                break
+        flagged += w.busy
+        walls.append(w.wall)
+    return min(walls), statistics.median(walls), flagged, ctx, out
+
+
+def time_tra(client, make_plan, repeat):
+    """``make_plan()`` (untimed: fresh inputs on the workers, then the plan) ->
+    Plan; timed: submit it and wait.  Wall, measured and predicted bytes, tasks."""
+    def run(plan):
+        rf = td.submit(plan, client=client)
+        for one in rf if isinstance(rf, tuple) else (rf,):
+            one.wait()
+        return rf
+
+    best, med, flagged, plan, rf = measure(run, repeat, make_plan)
+    first = rf[0] if isinstance(rf, tuple) else rf  # one submission: its transfers cover every output
+    return dict(best=best, median=med, flagged=flagged, moved=first.transfers(), predicted=plan.cost.bytes_moved,
+                tasks=first.lowered.ntasks, rf=rf)
+
+
+def time_dask(client, make_collection, repeat):
+    """``make_collection()`` (untimed) -> a dask collection over fresh persisted
+    inputs; timed: persist it and wait."""
+    last = {}
+
+    def run(x):
+        xs = list(x) if isinstance(x, (tuple, list)) else [x]
+        t0 = time.time()
+        y = client.persist(xs)
+        wait(y)
+        last.update(t0=t0, t1=time.time(), ntasks=len(dask.base.collections_to_expr(xs).__dask_graph__())
+                    if hasattr(dask.base, "collections_to_expr") else None)
+        return y
+
+    best, med, flagged, _, y = measure(run, repeat, make_collection)
+    moved = worker_bytes(client, last["t0"] - 0.01, last["t1"] + 0.5)
+    return dict(best=best, median=med, flagged=flagged, moved=moved, tasks=last["ntasks"], result=y)
+
+
+def time_local(fn, repeat):
+    best, med, flagged, _, out = measure(lambda _: fn(), repeat)
+    return dict(best=best, median=med, flagged=flagged, result=out)
+
+
+def torch_or_none():
+    try:
+        import torch
+
+        torch.set_num_threads(os.cpu_count() or 1)
+        return torch
+    except Exception:
+        return None
+
+
+def machine_line(args) -> str:
+    import distributed
+
+    torch = torch_or_none()
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    return (f"{stamp}, {platform.node()} ({platform.machine()}, {os.cpu_count()} cores, "
+            f"{psutil.virtual_memory().total / 2**30:.0f} GiB), python {platform.python_version()}, numpy "
+            f"{np.__version__}, dask/distributed {dask.__version__}/{distributed.__version__}, torch "
+            f"{getattr(torch, '__version__', 'not installed')}; LocalCluster({args.sites} workers x 1 thread, "
+            f"processes), inputs persisted on the workers before timing; OPENBLAS_CORETYPE="
+            f"{os.environ.get('OPENBLAS_CORETYPE', 'unset')}, BLAS {_blas()}")
+
+
+def _blas() -> str:
+    try:
+        from threadpoolctl import threadpool_info
+
+        return ", ".join(f"{i['internal_api']} {i.get('architecture', '')} x{i['num_threads']}" for i in threadpool_info())
+    except Exception:
+        return "unknown"
+
+
+def fmt_mib(n) -> str:
+    return "-" if n is None else f"{n / 2**20:.1f}"
+
+
+def table_rows(case: str, dtype: str, results: list) -> list[str]:
+    """results: [(name, dict)]; ratios to numpy and dask.array by best time."""
+    by = dict(results)
+    np_t = by.get("numpy", {}).get("best")
+    da_t = by.get("dask.array", {}).get("best")
+    rows = []
+    for name, r in results:
+        ratio_np = f"{r['best'] / np_t:.2f}" if np_t else "-"
+        ratio_da = f"{r['best'] / da_t:.2f}" if da_t else "-"
+        rows.append(f"| {case} | {dtype} | {name} | {r['best']:.3f} | {r['median']:.3f} | {fmt_mib(r.get('moved'))} "
+                    f"| {fmt_mib(r.get('predicted'))} | {r.get('tasks', '-')} | {ratio_np} | {ratio_da} "
+                    f"| {r['flagged'] or ''} |")
+    return rows
+
+
+HEADER = ["| case | dtype | system / plan | min (s) | median (s) | MiB moved | MiB predicted | tasks "
+          "| / numpy | / dask.array | busy runs |",
+          "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+
+def plans_to_time(plan, k: int):
+    """Indices into [plan, *alternatives]: the chosen plan and up to ``k``
+    alternatives, one per distinct strategy, with their names."""
+    out, seen = [(0, "tra_dask chosen: " + ("; ".join(dict.fromkeys(plan.strategies())) or "compiled"))], set()
+    seen.add(out[0][1].split(": ", 1)[1])
+    for i, alt in enumerate(plan.alternatives, start=1):
+        name = "; ".join(dict.fromkeys(alt.strategies())) or "other"
+        if name in seen or len(out) > k:
+            continue
+        seen.add(name)
+        out.append((i, "alternative: " + name))
+    return out
+
+
+def pick(plan, i: int):
+    return plan if i == 0 else plan.alternatives[i - 1]
+
+
+def fresh_plan_maker(client, build_expr, index: int):
+    """A ``make_plan`` for :func:`time_tra`: new inputs, plan them where they are,
+    then take the plan of the same rank among the alternatives (the strategies are
+    the same each time: the inputs are made alike)."""
+    def make():
+        return pick(td.plan_for(build_expr(), client), index)
+    return make
+
+
+def own_placement_maker(client, build_free_expr):
+    """A ``make_plan`` for :func:`time_tra` where tra_dask places its inputs: the
+    expression over free sources (made on the workers) is optimized keys-only, each
+    source is then made on the workers where that plan wants it (untimed), and the
+    timed plan runs over those chunks, fixed where they are."""
+    import dataclasses
+
+    from tra_dask.logical import Source, flatten_outputs, substitute, toposort
+    from tra_dask.physical import PSource
+
+    def make():
+        expr = build_free_expr()
+        sites = len(client.scheduler_info()["workers"])
+        plan = td.optimize(expr, sites=sites)
+        placed = {}
+        for node in plan.nodes:
+            if isinstance(node, PSource) and node.free and node.source not in placed:
+                src_plan = td.compile(node.source, sites=sites, placements={node.source: node.placement_})
+                placed[node.source] = td.submit(src_plan, client=client).wait()
+        for node in toposort(flatten_outputs(expr)[0]):
+            if isinstance(node, Source) and node not in placed and not hasattr(node, "dask_keys"):
+                placed[node] = td.submit(node, client=client).wait()
+        named = {src: dataclasses.replace(rf.__tra_relation__(), name=src.label) for src, rf in placed.items()}
+        return td.plan_for(substitute(expr, named), client)
+
+    return make
