@@ -11,12 +11,12 @@ def write_section(title: str, lines: list[str]) -> None:
     """Put ``## title`` followed by ``lines`` into the README, replacing an older
     section of that title and keeping the others."""
     text = README.read_text() if README.exists() else "# Benchmarks\n"
-    block = "\n".join([f"## {title}", "", *lines]) + "\n"
+    block = "\n".join([f"## {title}", "", *lines]).rstrip() + "\n\n"
     start = text.find(f"## {title}")
     if start >= 0:
         end = text.find("\n## ", start + 1)
-        text = text[:start] + block + (text[end + 1:] if end >= 0 else "")
+        text = text[:start] + block + (text[end + 1:].lstrip("\n") if end >= 0 else "")
     else:
         text = text.rstrip() + "\n\n" + block
-    README.write_text(text)
+    README.write_text(text.rstrip() + "\n")
     print(f"wrote {README}")

@@ -48,7 +48,7 @@ def main(argv=None):
                     c = lambda n, b: -(-n // b)  # noqa: E731
                     X = rng.standard_normal((N, D), chunks=(c(N, bn), c(D, bd)), dtype=dtype)
                     q = rng.standard_normal((D,), chunks=(c(D, bd),), dtype=dtype)
-                    M = rng.standard_normal((D, D), chunks=(c(D, bd), c(D, bd)), dtype=dtype) / np.sqrt(D)
+                    M = rng.standard_normal((D, D), chunks=(c(D, bd), c(D, bd)), dtype=dtype) / float(np.sqrt(D))
                     return client.persist([q, X, M])
 
                 def expr():

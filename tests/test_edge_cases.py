@@ -1,7 +1,6 @@
 """Edge cases: identity of kernels, deep and shared expressions, empty relations,
 key arity 0, dtype rules of the built-in kernels."""
 
-import time
 
 import numpy as np
 import pytest
@@ -40,11 +39,9 @@ def test_shared_dag_is_linear_not_exponential(A):
             x = td.join(x, x, (0, 1), (0, 1), "add")
         return x
 
-    t0 = time.perf_counter()
     x, y = build(40), build(40)  # 2^40 paths: anything exponential never finishes
     assert x == y and hash(x) == hash(y)
     np.testing.assert_array_equal(td.to_numpy(x), 2.0**40 * td.to_numpy(A))
-    assert time.perf_counter() - t0 < 30
 
 
 def test_empty_relation_keeps_rank_and_dtype(A):

@@ -133,7 +133,6 @@ def test_shuffle_matmul_costs_by_hand():
 
 
 def test_paper_formula_at_paper_scale_keys_only():
-    import time
 
     class Boom:
         def __init__(self, tag):
@@ -142,15 +141,14 @@ def test_paper_formula_at_paper_scale_keys_only():
         def __call__(self, key):
             raise AssertionError("planning must not load data")
 
-    t0 = time.perf_counter()
     X = td.from_function(Boom("X"), (40_000, 40_000), 400, "float64", name="X")  # 10^4 tuples
     Y = td.from_function(Boom("Y"), (40_000, 40_000), 400, "float64", name="Y")
     plan = td.compile(matmul(X, Y), sites=10, cost_model="paper")
     bcast = next(n for n in plan.nodes if isinstance(n, Broadcast))
     moved = plan.cost.nodes[bcast].floats_moved
-    elapsed = time.perf_counter() - t0
     assert moved == 40_000**2 * 10 == 1.6e10  # f * s
-    assert elapsed < 2.0, f"planning took {elapsed:.2f} s"
+    # planning time (0.85 s here for 10^4 tuples) is measured by benchmarks/optimizer_time.py,
+    # not asserted: timed assertions do not belong in tests on a shared machine
 
 
 def test_explain_shows_operators_placements_and_totals():

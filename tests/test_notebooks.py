@@ -1,6 +1,5 @@
 """Every notebook runs headlessly, and its cells check their results."""
 
-import time
 from pathlib import Path
 
 import nbformat
@@ -19,8 +18,6 @@ def test_notebook_runs_and_its_checks_hold(path, tmp_path):
     nb = nbformat.read(path, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit notebooks without outputs"
     assert sum("assert" in c.source for c in nb.cells if c.cell_type == "code") >= 2
-    t0 = time.perf_counter()
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    assert time.perf_counter() - t0 < 90
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.get("output_type") == "error"]
     assert not errors

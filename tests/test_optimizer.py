@@ -1,6 +1,5 @@
 """td.optimize: the search reaches the paper's plans and picks the cheapest."""
 
-import time
 
 import numpy as np
 import pytest
@@ -39,9 +38,7 @@ PAPER_MM = {
 def test_matmul_at_paper_scale_matches_the_papers_best(shape):
     (I, K, J), paper = PAPER_MM[shape]
     X, Y = keys_only((I, K), (10, 10), "X"), keys_only((K, J), (10, 10), "Y")
-    t0 = time.perf_counter()
     plan = td.optimize(matmul(X, Y), sites=10, cost_model="paper")
-    assert time.perf_counter() - t0 < 5  # ~0.15 s here; the benchmark records it
     best = min(paper.values())
     assert plan.cost.floats_moved <= 1.05 * best, plan.explain()
     kinds = {s.split(" ")[0] for a in [plan, *plan.alternatives] for s in a.strategies()}
@@ -101,9 +98,7 @@ def _ffnn(N, D, H, L, blocks):
 
 
 def test_ffnn_speech_at_paper_scale():
-    t0 = time.perf_counter()
     plan = td.optimize(_ffnn(10_000, 1600, 100_000, 10, (5, 2, 10, 1)), sites=5, cost_model="paper")
-    assert time.perf_counter() - t0 < 20  # ~2 s here; the benchmark records it
     assert plan.cost.floats_moved <= 9.7e8  # the paper's best (data-parallel)
     assert plan.cost.floats_moved < plan.compiled.cost.floats_moved / 10
     assert plan.cost.flops_balance <= 1.25

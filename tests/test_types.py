@@ -42,19 +42,15 @@ def test_metadata_without_touching_arrays():
 
 def test_type_at_paper_scale_is_fast_and_exact():
     # 40,000^2 general matmul with 400x400 chunks: 10^4 tuples per input, 10^6 join tuples
-    import time
 
     def boom(key):
         raise AssertionError("planning must not load data")
 
-    t0 = time.perf_counter()
     A = td.from_function(boom, (40_000, 40_000), 400, "float64", name="X")
     B = td.from_function(boom, (40_000, 40_000), 400, "float64", name="Y")
     C = matmul(A, B)
-    elapsed = time.perf_counter() - t0
     assert A.ntuples == 10_000 and C.input.ntuples == 1_000_000 and C.ntuples == 10_000
     assert A.nbytes == 40_000**2 * 8 and C.input.nbytes == 100 * 40_000**2 * 8
-    assert elapsed < 20  # generous: ~0.5 s here; a loop over tuples in Python would take minutes
 
 
 def test_edge_chunks_have_true_shapes():

@@ -45,6 +45,7 @@ class Lowered:
     node_keys: dict = field(default_factory=dict)  # PNode -> [dask key per physical tuple]
     planned: dict = field(default_factory=dict)    # dask key -> worker, for every task
     outputs: list = field(default_factory=list)    # per output: {TRA key: dask key}
+    moves: dict = field(default_factory=dict)      # (source key, site) -> the key of that transfer
 
     @property
     def ntasks(self) -> int:
@@ -115,9 +116,9 @@ def _visit_move(node, name: str, out: Lowered, need):
     (src,) = lay.lineage
     in_keys = out.node_keys[node.input]
     keys = []
-    made: dict = {}  # one transfer per (source key, destination): copies of one array travel once
-    for i, (s_idx, site, moved, needed) in enumerate(
-            zip(src.tolist(), lay.sites.tolist(), lay.moved.tolist(), need.tolist())):
+    made = out.moves  # one transfer per (source key, destination), across all moves of the plan:
+    for i, (s_idx, site, moved, needed) in enumerate(  # a second move of one array to one site reuses
+            zip(src.tolist(), lay.sites.tolist(), lay.moved.tolist(), need.tolist())):  # the first's key
         if not needed:
             keys.append(None)
         elif moved:
