@@ -19,7 +19,8 @@ from distributed import Client, LocalCluster, wait
 
 import tra_dask as td
 
-CONFIG = {"distributed.admin.low-level-log-length": 1_000_000}
+CONFIG = {"distributed.admin.low-level-log-length": 1_000_000,
+          "distributed.scheduler.active-memory-manager.start": False}  # as tra_dask's embedded cluster
 
 
 def parser(doc: str) -> argparse.ArgumentParser:

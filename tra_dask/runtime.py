@@ -38,6 +38,9 @@ __all__ = ["submit", "compute", "plan_for", "RelationFutures", "from_dask_array"
 _CONFIG = {
     "distributed.admin.low-level-log-length": 1_000_000,
     "distributed.scheduler.no-workers-timeout": "10s",
+    # The Active Memory Manager drops "extra" replicas; it may drop the copy that a
+    # pinned task on that worker will read later, which then travels again.
+    "distributed.scheduler.active-memory-manager.start": False,
 }
 
 # ---------------------------------------------------------------------------
