@@ -16,6 +16,7 @@ import sys
 import time
 
 import numpy as np
+from ._format import fmt_bytes as _fmt_bytes
 
 # The paper's three matrix-multiply shapes (I, K, J), §6.1.
 PAPER_SHAPES = {
@@ -23,14 +24,6 @@ PAPER_SHAPES = {
     "common-large-dim": (10_000, 640_000, 10_000),
     "two-large-dims": (80_000, 10_000, 80_000),
 }
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return str(n)
 
 
 def run_matmul(args) -> int:

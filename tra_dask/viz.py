@@ -6,16 +6,9 @@ from __future__ import annotations
 import html
 
 import numpy as np
+from ._format import fmt_bytes as _fmt_bytes
 
 __all__ = ["to_networkx", "visualize", "site_grid", "visualize_sites", "relation_html", "plan_html", "futures_html"]
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def to_networkx(plan):

@@ -7,16 +7,9 @@ from typing import Callable
 
 from ..node import toposort
 from .cost import COST_MODELS, Cost, plan_cost
+from .._format import fmt_bytes as _fmt_bytes
 
 __all__ = ["Plan", "COST_MODELS"]
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 class Plan:
