@@ -96,7 +96,10 @@ def _choose(node: PNode, sites: Sites) -> dict:
     for tuples in sites:
         for t in tuples:
             if t.key in out:
-                if not np.array_equal(np.asarray(out[t.key].chunk), np.asarray(t.chunk)):
+                a, b = np.asarray(out[t.key].chunk), np.asarray(t.chunk)
+                # replicas computed on different sites may differ in the last bit (BLAS
+                # takes other paths for other memory layouts); partial folds differ a lot
+                if a.shape != b.shape or not np.allclose(a, b, rtol=1e-9, atol=1e-12 * max(1.0, float(np.abs(a).max(initial=0)))):
                     raise RuntimeError(f"{node.label}: copies of key {t.key} differ between sites (partial result?)")
             else:
                 out[t.key] = t
