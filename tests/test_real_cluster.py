@@ -24,7 +24,8 @@ def _start(args, env):
 @pytest.fixture
 def real_cluster(tmp_path):
     sched_file = tmp_path / "scheduler.json"
-    env = dict(os.environ, DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH="1000000")
+    env = dict(os.environ, DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH="1000000",
+               DASK_DISTRIBUTED__SCHEDULER__ACTIVE_MEMORY_MANAGER__START="False")
     procs = [_start(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
                      "--scheduler-file", str(sched_file)], env)]
     try:

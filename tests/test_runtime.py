@@ -15,7 +15,8 @@ from tra_dask.keys import k0, k1
 from tra_dask.physical import LocalAggregate, LocalJoin, Part, PSource, Shuffle
 from tra_dask.programs import ffnn_forward, matmul, nearest_neighbor, random_uniform
 
-CONFIG = {"distributed.admin.low-level-log-length": 1_000_000, "distributed.scheduler.no-workers-timeout": "5s"}
+CONFIG = {"distributed.admin.low-level-log-length": 1_000_000, "distributed.scheduler.no-workers-timeout": "5s",
+          "distributed.scheduler.active-memory-manager.start": False}  # as the README asks for exact transfers
 
 
 @pytest.fixture(scope="module")
