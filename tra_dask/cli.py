@@ -87,7 +87,7 @@ def run_matmul(args) -> int:
     ok = worst <= tol
     print(f"  check vs numpy on {len(sample)} sampled blocks {sample}: max relative error "
           f"{worst:.2e} (tolerance {tol:.0e}) -> {'OK' if ok else 'MISMATCH'}")
-    print(f"  dashboard: {client.dashboard_link}")
+    print(f"  dashboard: {client.dashboard_link} (this plan: {rf.dashboard_link})")
     print(f"  machine: {platform.node()} {platform.machine()}, python {platform.python_version()}, "
           f"numpy {np.__version__}")
     if args.scheduler:
