@@ -264,3 +264,24 @@ def own_placement_maker(client, build_free_expr):
         return td.plan_for(substitute(expr, named), client)
 
     return make
+
+
+class Report:
+    """Rows printed as they come and written as one section of benchmarks/README.md."""
+
+    def __init__(self, args):
+        self.args = args
+        self.lines = [machine_line(args), "", *HEADER]
+
+    def add(self, case: str, dtype: str, results: list) -> None:
+        rows = table_rows(case, dtype, results)
+        for row in rows:
+            print(row, flush=True)
+        self.lines += rows
+
+    def write(self, title: str, script: str) -> None:
+        if self.args.write and not self.args.quick:
+            from _report import write_section
+
+            write_section(title, [f"`python benchmarks/{script} --repeat {self.args.repeat}` — " + self.lines[0],
+                                  *self.lines[1:]])

@@ -17,9 +17,8 @@ import dask.array as da
 import numpy as np
 
 import tra_dask as td
-from _harness import (HEADER, fresh_plan_maker, machine_line, parser, plans_to_time, start_cluster, table_rows,
-                      time_dask, time_local, time_tra, torch_or_none)
-from _report import write_section
+from _harness import (Report, fresh_plan_maker, parser, plans_to_time, start_cluster, time_dask, time_local,
+                      time_tra, torch_or_none)
 from tra_dask.programs import ffnn_sgd_step
 
 CASES = {"speech": ((10_000, 1600, 10_000, 10), (4, 2, 4, 1)), "xml": ((1000, 59_754, 1000, 14_588), (2, 4, 2, 4))}
@@ -61,7 +60,7 @@ def main(argv=None):
     client = start_cluster(args.sites)
     torch = torch_or_none()
     seeds = itertools.count()
-    lines = [machine_line(args), "", *HEADER]
+    report = Report(args)
     try:
         for case, (dims, blocks) in CASES.items():
             N, D, H, L = (max(2, int(d * args.scale)) for d in dims)
@@ -100,13 +99,10 @@ def main(argv=None):
                     tX, tY, tW1, tW2 = (torch.from_numpy(x) for x in (X, Y, W1, W2))
                     results.append(("torch", time_local(lambda: torch_step(torch, tX, tY, tW1, tW2, N), args.repeat)))
                 label = f"{case} N={N} D={D} H={H} L={L}"
-                for row in table_rows(label, dtype, results):
-                    print(row, flush=True)
-                lines += table_rows(label, dtype, results)
+                report.add(label, dtype, results)
     finally:
         client.close()
-    if args.write and not args.quick:
-        write_section("ffnn", [f"`python benchmarks/ffnn.py --repeat {args.repeat}` — " + lines[0], *lines[1:]])
+    report.write("ffnn", "ffnn.py")
 
 
 if __name__ == "__main__":

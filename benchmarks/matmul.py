@@ -19,9 +19,8 @@ import dask.array as da
 import numpy as np
 
 import tra_dask as td
-from _harness import (HEADER, fresh_plan_maker, machine_line, own_placement_maker, parser, plans_to_time,
-                      start_cluster, table_rows, time_dask, time_local, time_tra, torch_or_none)
-from _report import write_section
+from _harness import (Report, fresh_plan_maker, own_placement_maker, parser, plans_to_time, start_cluster,
+                      time_dask, time_local, time_tra, torch_or_none)
 from tra_dask.programs import matmul, random_uniform
 
 SHAPES = {"general": (4000, 4000, 4000), "common-large-dim": (1000, 64000, 1000), "two-large-dims": (8000, 1000, 8000)}
@@ -45,7 +44,7 @@ def main(argv=None):
     client = start_cluster(args.sites)
     torch = torch_or_none()
     seeds = itertools.count()
-    lines = [machine_line(args), "", *HEADER]
+    report = Report(args)
     try:
         for shape, dims in SHAPES.items():
             I, K, J = (max(1, int(d * args.scale)) for d in dims)
@@ -83,14 +82,11 @@ def main(argv=None):
                     ta, tb = torch.from_numpy(an), torch.from_numpy(bn)
                     results.append(("torch", time_local(lambda: ta @ tb, args.repeat)))
                 case = f"{shape} {I}x{K}x{J}"
-                for row in table_rows(case, dtype, results):
-                    print(row, flush=True)
-                lines += table_rows(case, dtype, results)
+                report.add(case, dtype, results)
                 client.cancel([a, b])
     finally:
         client.close()
-    if args.write and not args.quick:
-        write_section("matmul", [f"`python benchmarks/matmul.py --repeat {args.repeat}` — " + lines[0], *lines[1:]])
+    report.write("matmul", "matmul.py")
 
 
 if __name__ == "__main__":

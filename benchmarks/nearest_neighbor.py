@@ -16,9 +16,8 @@ import dask.array as da
 import numpy as np
 
 import tra_dask as td
-from _harness import (HEADER, fresh_plan_maker, machine_line, parser, plans_to_time, start_cluster, table_rows,
-                      time_dask, time_local, time_tra, torch_or_none)
-from _report import write_section
+from _harness import (Report, fresh_plan_maker, parser, plans_to_time, start_cluster, time_dask, time_local,
+                      time_tra, torch_or_none)
 from tra_dask.programs import nearest_neighbor
 
 CASES = {"large": ((150_000, 600), (8, 2)), "wide": ((600, 10_000), (2, 8))}
@@ -38,7 +37,7 @@ def main(argv=None):
     client = start_cluster(args.sites)
     torch = torch_or_none()
     seeds = itertools.count()
-    lines = [machine_line(args), "", *HEADER]
+    report = Report(args)
     try:
         for case, (dims, (bn, bd)) in CASES.items():
             N, D = (max(4, int(d * args.scale)) for d in dims)
@@ -74,14 +73,10 @@ def main(argv=None):
                     tq, tX, tM = (torch.from_numpy(x) for x in (q, X, M))
                     results.append(("torch", time_local(lambda: nn(torch, tq, tX, tM), args.repeat)))
                 label = f"{case} N={N} D={D}"
-                for row in table_rows(label, dtype, results):
-                    print(row, flush=True)
-                lines += table_rows(label, dtype, results)
+                report.add(label, dtype, results)
     finally:
         client.close()
-    if args.write and not args.quick:
-        write_section("nearest neighbour", [f"`python benchmarks/nearest_neighbor.py --repeat {args.repeat}` — " + lines[0],
-                                            *lines[1:]])
+    report.write("nearest neighbour", "nearest_neighbor.py")
 
 
 if __name__ == "__main__":

@@ -373,16 +373,22 @@ def join_type(node, strict_ranges: bool = True) -> RelationType:
     return RelationType(keys, inv.reshape(-1), out_shapes, dtype)
 
 
+def _check_reads(where: str, rel: "Relation", reads, what: str) -> None:
+    """A key function or predicate may only read key dims its input has (opaque
+    ones, ``reads is None``, are checked when they run)."""
+    arity = rel.type.arity
+    if reads and max(reads) >= arity:
+        raise ValueError(
+            f"{where}: {what} reads key dim {max(reads)} but {rel.label} has key arity "
+            f"{arity}; valid key dims are 0..{arity - 1}"
+        )
+
+
 def rekey_type(node) -> RelationType:
     """Type rule of rekey (also used by the IA operator that implements it)."""
     t = node.input.type
     where = f"rekey({node.input.label}, {node.key_fn!r})"
-    reads = node.key_fn.dims_read
-    if reads is not None and reads and max(reads) >= t.arity:
-        raise ValueError(
-            f"{where}: the key function reads key dim {max(reads)} but {node.input.label} "
-            f"has key arity {t.arity}; valid key dims are 0..{t.arity - 1}"
-        )
+    _check_reads(where, node.input, node.key_fn.dims_read, "the key function")
     try:
         keys, rows = node.key_fn.apply(t.keys)
     except (TypeError, ValueError) as e:
@@ -409,12 +415,7 @@ def filter_type(node) -> RelationType:
     """Type rule of filter (also used by the IA operator that implements it)."""
     t = node.input.type
     where = f"filter({node.input.label}, {node.pred!r})"
-    reads = node.pred.dims_read
-    if reads is not None and reads and max(reads) >= t.arity:
-        raise ValueError(
-            f"{where}: the predicate reads key dim {max(reads)} but {node.input.label} "
-            f"has key arity {t.arity}; valid key dims are 0..{t.arity - 1}"
-        )
+    _check_reads(where, node.input, node.pred.dims_read, "the predicate")
     mask = np.asarray(node.pred.evaluate(t.keys), dtype=bool).reshape(-1)
     return RelationType(t.keys[mask], t.shape_ids[mask], t.shapes, t.dtype, sort=False)
 
