@@ -164,7 +164,7 @@ def test_ffnn_gradients_match_finite_differences():
 
 def test_bad_input():
     e = matmul(td.from_numpy(np.ones((4, 4)), 2, name="A"), td.from_numpy(np.ones((4, 4)), 2, name="B"))
-    with pytest.raises(ValueError, match="budget must be a positive int"):
+    with pytest.raises(ValueError, match="budget must be an int >= 1"):
         td.optimize(e, sites=2, budget=0)
     with pytest.raises(ValueError, match="unknown cost_model 'floats'"):
         td.optimize(e, sites=2, cost_model="floats")

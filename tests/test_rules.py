@@ -39,6 +39,7 @@ def _before(name, a, b):
         "bmm": lambda: LocalAggregate(Shuffle(LocalJoin(Broadcast(a), b, (1,), (0,), K("matmul")), (0, 2)), (0, 2), K("add")),
         "cmm": lambda: LocalAggregate(Shuffle(LocalJoin(Broadcast(a), b, (1,), (0,), K("matmul")), (0, 2)), (0, 2), K("add")),
         "rmm": lambda: LocalAggregate(Shuffle(LocalJoin(Broadcast(a), b, (1,), (0,), K("matmul")), (0, 2)), (0, 2), K("add")),
+        "rmm_grid": lambda: LocalAggregate(Shuffle(LocalJoin(Broadcast(a), b, (1,), (0,), K("matmul")), (0, 2)), (0, 2), K("add")),
         "free": lambda: Shuffle(a, (1,)),
     }[name]()
 
@@ -50,7 +51,7 @@ RULE = {
     "r2_1": R.r2_1_last_move_wins, "r2_2": R.r2_2_swap_move_and_filter, "r2_3": R.r2_3_swap_move_and_map,
     "r2_4": R.r2_4_drop_shuffle_before_aggregate, "r2_5": R.r2_5_pre_aggregate, "r2_6": R.r2_6_join_strategies,
     "r2_7": R.r2_7_drop_shuffle_after_join, "noop": R.drop_noop_move, "bmm": R.bmm, "cmm": R.cmm, "rmm": R.rmm,
-    "free": R.place_free_source,
+    "rmm_grid": R.rmm_grid, "free": R.place_free_source,
 }
 
 GOLDEN = {
@@ -80,6 +81,19 @@ GOLDEN = {
     "rmm": ["LocalAggregate(LocalJoin(Shuffle(LocalMap(A@Part(0), key_fn=insert_dim(2, 2)), dims=(0, 2)), "
             "Shuffle(LocalMap(B@Part(0), key_fn=insert_dim(0, 2)), dims=(0, 2)), left_on=(0, 1, 2), right_on=(0, 1, 2), "
             "kernel='matmul'), group_by=(0, 2), kernel='add')"],
+    # on 2 sites: the 1x1x2, 1x2x1 (partial sums folded, then shuffled to one of their sites) and 2x1x1 grids;
+    # the free sources are made on the grid cells that need them
+    "rmm_grid": [
+        "LocalAggregate(LocalJoin(Shuffle(LocalMap(A@Grid(0, 1, * on 1x1x2), key_fn=insert_dim(2, 2)), grid=Grid(0, 1, 2 on 1x1x2)), "
+        "Shuffle(LocalMap(B@Grid(*, 0, 1 on 1x1x2), key_fn=insert_dim(0, 2)), grid=Grid(0, 1, 2 on 1x1x2)), left_on=(0, 1, 2), "
+        "right_on=(0, 1, 2), kernel='matmul'), group_by=(0, 2), kernel='add')",
+        "LocalAggregate(Shuffle(LocalAggregate(LocalJoin(Shuffle(LocalMap(A@Grid(0, 1, * on 1x2x1), key_fn=insert_dim(2, 2)), "
+        "grid=Grid(0, 1, 2 on 1x2x1)), Shuffle(LocalMap(B@Grid(*, 0, 1 on 1x2x1), key_fn=insert_dim(0, 2)), "
+        "grid=Grid(0, 1, 2 on 1x2x1)), left_on=(0, 1, 2), right_on=(0, 1, 2), kernel='matmul'), group_by=(0, 2), kernel='add'), "
+        "grid=Grid(0, *, 1 on 1x2x1)), group_by=(0, 1), kernel='add')",
+        "LocalAggregate(LocalJoin(Shuffle(LocalMap(A@Grid(0, 1, * on 2x1x1), key_fn=insert_dim(2, 2)), grid=Grid(0, 1, 2 on 2x1x1)), "
+        "Shuffle(LocalMap(B@Grid(*, 0, 1 on 2x1x1), key_fn=insert_dim(0, 2)), grid=Grid(0, 1, 2 on 2x1x1)), left_on=(0, 1, 2), "
+        "right_on=(0, 1, 2), kernel='matmul'), group_by=(0, 2), kernel='add')"],
     "free": ["A@Part(1)"],
 }
 
@@ -155,7 +169,7 @@ def test_opaque_predicates_and_key_functions_stop_the_rules(ab):
 
 
 def test_rules_tuple_is_the_whole_optimizer_vocabulary():
-    assert len(R.RULES_R1) == 7 and len(R.RULES_R2) == 8 and len(R.DOMAIN_RULES) == 4
+    assert len(R.RULES_R1) == 7 and len(R.RULES_R2) == 8 and len(R.DOMAIN_RULES) == 5
     assert [r.__name__ for r in R.RULES_R1] == sorted(r.__name__ for r in R.RULES_R1)
     for r in R.RULES:
         assert r.__doc__ and len(r.__doc__) > 40, r.__name__

@@ -134,7 +134,14 @@ class Kernel:
     identity : float or None
         ``op(identity, x) == x`` for every x.
     distributes_over : frozenset of str
-        Names of binary kernels ``g`` with ``self(g(a, b)) == g(self(a), self(b))``.
+        Names of registered binary kernels ``g`` with ``self(g(a, b)) ==
+        g(self(a), self(b))`` for chunks ``a``, ``b`` of equal shape.  The law is
+        a fact about the *registered* kernel of that name (see :meth:`distributes`).
+    elementwise : bool
+        A unary kernel that maps every element on its own, independent of its
+        position (relu, exp, neg, scale): its distributive laws then also hold when
+        ``g`` broadcasts chunks of different shapes.  ``row_sum``, ``diag`` and
+        ``transpose`` are not.
     params : tuple
         Parameters of a parametrised kernel (e.g. ``scale(0.1)``), part of identity;
         passed to ``fn`` after the chunks.
@@ -152,6 +159,7 @@ class Kernel:
     distributes_over: frozenset = field(default_factory=frozenset)
     params: tuple = ()
     opaque: bool = False
+    elementwise: bool = False
     probe: Callable | None = None  # (shapes, dtypes) -> (shape, dtype), when no rule is declared
 
     def __post_init__(self):
@@ -190,8 +198,19 @@ class Kernel:
             raise KernelTypeError(f"kernel {self!r}: {e}") from None
         return ArrayType(shape, dtype)
 
-    def distributes(self, binary: "Kernel") -> bool:
-        return binary.name in self.distributes_over and not binary.params
+    def distributes(self, binary: "Kernel", *, equal_shapes: bool) -> bool:
+        """Whether ``self(binary(a, b)) == binary(self(a), self(b))`` is *proved* for
+        the chunks it will see: ``binary`` must be the registered kernel its name
+        declares (an opaque callable, or another function that happens to share a
+        registered name, never matches), ``self`` must declare the law and not be
+        opaque, and unless every pair of chunks has ``equal_shapes`` the law needs
+        ``self`` to be elementwise (``row_sum(a + b) != row_sum(a) + row_sum(b)``
+        when ``a`` is (8, 1) and ``b`` is (1, 8))."""
+        if self.opaque or binary.opaque or binary.params or binary.name not in self.distributes_over:
+            return False
+        if _REGISTRY.get(binary.name) != binary:
+            return False
+        return equal_shapes or self.elementwise
 
     def __repr__(self):
         if self.params:
@@ -263,6 +282,7 @@ def kernel(
     commutative: bool = False,
     identity: float | None = None,
     distributes_over: Sequence[str] = (),
+    elementwise: bool = False,
     register_as: bool = True,
 ):
     """Declare a user kernel (decorator).
@@ -271,7 +291,9 @@ def kernel(
     (numpy broadcasting), a callable ``(*in_shapes) -> out_shape``, or None: the
     kernel is then run once per distinct input type on zero-filled chunks to learn
     its output type.  ``flops`` is ``"elementwise"``, ``"none"`` or a callable.
-    The kernel is registered under ``name`` (default: the function's name).
+    ``distributes_over`` names registered binary kernels the (unary) kernel
+    distributes over for equal chunk shapes; ``elementwise=True`` says it maps every
+    element on its own, so those laws hold under broadcasting too.  The kernel is registered under ``name`` (default: the function's name).
     """
 
     def wrap(f: Callable) -> Kernel:
@@ -280,7 +302,8 @@ def kernel(
         s = _SHAPE_RULES[shape] if isinstance(shape, str) else shape
         fl = _FLOP_RULES[flops] if isinstance(flops, str) else flops
         k = Kernel(n, f, a, s, dtype or _promote, fl, associative, commutative, identity,
-                   frozenset(distributes_over), probe=_probe_rule(f) if shape is None else None)
+                   frozenset(distributes_over), elementwise=elementwise,
+                   probe=_probe_rule(f) if shape is None else None)
         return register(k) if register_as else k
 
     return wrap(fn) if fn is not None else wrap
@@ -447,10 +470,11 @@ def _square_2d(s: Shape) -> Shape:
     return s
 
 
-_unary("identity", _ident, distributes_over={"add", "sub", "mul", "div", "min", "max", "matmul"}, flops=lambda s: 0)
-_unary("relu", _relu, distributes_over=_MONOTONE)
-_unary("exp", _exp, dtype=_promote_float, distributes_over=_MONOTONE)
-_unary("neg", _neg, dtype=_no_bool, distributes_over=_LINEAR)
+_unary("identity", _ident, distributes_over={"add", "sub", "mul", "div", "min", "max", "matmul"}, flops=lambda s: 0,
+       elementwise=True)
+_unary("relu", _relu, distributes_over=_MONOTONE, elementwise=True)
+_unary("exp", _exp, dtype=_promote_float, distributes_over=_MONOTONE, elementwise=True)
+_unary("neg", _neg, dtype=_no_bool, distributes_over=_LINEAR, elementwise=True)
 _unary("transpose", _transpose, shape=lambda s: _square_2d(s)[::-1],
        distributes_over=_LINEAR | {"mul", "div"} | _MONOTONE, flops=lambda s: 0)
 _unary("diag", _diag, shape=_square_2d, distributes_over=_LINEAR | {"mul"} | _MONOTONE)
@@ -468,7 +492,7 @@ def scale(c: float) -> Kernel:
     """
     c = float(c)
     return Kernel("scale", _scale, 1, lambda s: s, dtype=lambda d: np.result_type(d, 1.0),
-                  flops=lambda s: math.prod(s), distributes_over=_LINEAR, params=(c,))
+                  flops=lambda s: math.prod(s), distributes_over=_LINEAR, params=(c,), elementwise=True)
 
 
 def _scale(x, c):
@@ -516,12 +540,17 @@ def compose(outer: Kernel, inner: Kernel) -> Kernel:
         t = outer.out_type(t)
         return t.shape, t.dtype
 
-    def flops(*shapes):
-        mid = infer(shapes, [np.float64] * len(shapes))[0]
+    def flops(*shapes):  # the outer kernel runs on the inner kernel's output, not the final shape
+        mid = inner.out_type(*(ArrayType(tuple(s), np.dtype("f8")) for s in shapes)).shape
         return inner.flops(*shapes) + outer.flops(mid)
 
+    facts = {}
+    if outer.arity == inner.arity == 1:  # a chain of unary kernels keeps the laws both declare
+        facts = dict(distributes_over=outer.distributes_over & inner.distributes_over,
+                     elementwise=outer.elementwise and inner.elementwise,
+                     opaque=outer.opaque or inner.opaque)
     return Kernel(f"{outer.name}∘{inner.name}", _After(outer, inner), inner.arity, shape=None, flops=flops,
-                  probe=infer, distributes_over=outer.distributes_over & inner.distributes_over)
+                  probe=infer, **facts)
 
 
 def premap(binary: Kernel, pre: Kernel) -> Kernel:

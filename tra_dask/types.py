@@ -142,8 +142,10 @@ def encode_rows(rows: np.ndarray) -> np.ndarray:
         return np.zeros(n, dtype=np.int64)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    bases = rows.max(axis=0).astype(object) + 1
+    bases = np.array(_column_max(rows), dtype=object) + 1
     if math.prod(int(b) for b in bases) < 2**62:
+        if rows.dtype.kind in "iu" and rows.dtype != np.uint64:  # in place: one buffer, no temporaries
+            return _mixed_radix(rows, [int(b) for b in bases])
         code = np.zeros(n, dtype=np.int64)
         for j in range(c):
             code = code * int(bases[j]) + rows[:, j]
@@ -152,22 +154,89 @@ def encode_rows(rows: np.ndarray) -> np.ndarray:
     return inv.reshape(-1).astype(np.int64)
 
 
-def unique(a: np.ndarray) -> np.ndarray:
+def unique(a: np.ndarray, bound: int | None = None) -> np.ndarray:
     """Sorted distinct values (sort-based: numpy's hash-based ``np.unique`` is an
-    order of magnitude slower on 10^6 ints).
+    order of magnitude slower on 10^6 ints; by counting, linear, when the values are
+    non-negative ints below ``bound`` and ``bound`` is not much larger than ``len(a)``).
 
     >>> unique(np.array([3, 1, 3, 2])).tolist()
     [1, 2, 3]
+    >>> unique(np.array([3, 1, 3, 2]), bound=4).tolist()
+    [1, 2, 3]
     """
-    s = np.sort(np.asarray(a).reshape(-1))
+    a = np.asarray(a).reshape(-1)
+    if bound is not None and len(a) and bound <= 16 * len(a) + 1024 and int(a.min()) >= 0 and int(a.max()) < bound:
+        seen = np.zeros(bound, dtype=bool)  # one byte per possible value
+        seen[a] = True
+        return np.flatnonzero(seen).astype(a.dtype, copy=False)
+    s = np.sort(a)
     return s[np.r_[True, s[1:] != s[:-1]]] if len(s) else s
 
 
+def _radix(rows: np.ndarray):
+    """``(bases, codes)``: the order-preserving mixed-radix code of each row of a
+    non-negative int matrix (bases = column max + 1), or ``None`` when it would not
+    fit in 62 bits."""
+    n, c = rows.shape
+    if n == 0 or c == 0:
+        return (), np.zeros(n, dtype=np.int64)
+    if any(rows[:, j].min() < 0 for j in range(c)):
+        return None
+    bases = tuple(m + 1 for m in _column_max(rows))
+    if math.prod(bases) >= 2**62:
+        return None
+    return bases, _mixed_radix(rows, bases)
+
+
+def _column_max(rows: np.ndarray) -> list:
+    """Max of each column as ints (column by column: ``max(axis=0)`` on a tall, narrow
+    matrix runs an inner loop as long as the row, several times slower)."""
+    return [int(rows[:, j].max()) for j in range(rows.shape[1])]
+
+
+def _mixed_radix(rows: np.ndarray, bases) -> np.ndarray:
+    code = rows[:, 0].astype(np.int64, copy=True)
+    for j in range(1, rows.shape[1]):
+        code *= bases[j]
+        code += rows[:, j]
+    return code
+
+
+def _sorting_permutation(codes: np.ndarray):
+    """Stable permutation sorting ``codes``; ``None`` when they already are sorted."""
+    if len(codes) <= 1 or bool(np.all(codes[1:] >= codes[:-1])):
+        return None
+    return np.argsort(codes, kind="stable")
+
+
 def lexsort_rows(rows: np.ndarray) -> np.ndarray:
-    """Permutation that sorts rows lexicographically (dim 0 most significant)."""
+    """Permutation that sorts rows lexicographically (dim 0 most significant); stable,
+    like ``np.lexsort``."""
     if rows.shape[1] == 0 or rows.shape[0] <= 1:
         return np.arange(rows.shape[0])
-    return np.lexsort(rows.T[::-1])
+    rc = _radix(rows)
+    if rc is None:
+        return np.lexsort(rows.T[::-1])
+    order = _sorting_permutation(rc[1])
+    return np.arange(rows.shape[0]) if order is None else order
+
+
+def unique_inverse(a: np.ndarray, bound: int | None = None):
+    """``(values, inverse)`` as ``np.unique(a, return_inverse=True)`` gives them, for
+    non-negative ints; by counting (linear) when ``bound`` (> every value) is not much
+    larger than ``len(a)``, else by sorting.
+
+    >>> [v.tolist() for v in unique_inverse(np.array([5, 1, 5, 2]), 6)]
+    [[1, 2, 5], [2, 0, 2, 1]]
+    """
+    a = np.asarray(a).reshape(-1)
+    if bound is not None and len(a) and bound <= 4 * len(a) + 1024:
+        present = np.bincount(a, minlength=bound) > 0
+        values = np.flatnonzero(present).astype(a.dtype, copy=False)
+        lut = np.cumsum(present) - 1
+        return values, lut[a].astype(np.intp, copy=False)
+    values, inverse = np.unique(a, return_inverse=True)
+    return values, inverse.reshape(-1)
 
 
 def join_pairs(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -180,14 +249,24 @@ def join_pairs(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndar
     nl = len(left)
     codes = encode_rows(np.concatenate([left, right]))
     lc, rc = codes[:nl], codes[nl:]
-    order = np.argsort(rc, kind="stable")
-    rs = rc[order]
-    start = np.searchsorted(rs, lc, side="left")
-    count = np.searchsorted(rs, lc, side="right") - start
+    bound = int(codes.max()) + 1 if len(rc) and len(lc) and int(codes.min()) >= 0 else None
+    if bound is not None and bound <= 4 * len(codes) + 1024:
+        # small codes (the usual case: a few key dims and a site): count, don't search
+        small = rc.astype(np.uint16) if bound <= 1 << 16 else rc  # 16-bit keys sort by radix
+        order = np.argsort(small, kind="stable")
+        per = np.bincount(rc, minlength=bound)
+        start = (np.cumsum(per) - per)[lc]
+        count = per[lc]
+    else:
+        order = np.argsort(rc, kind="stable")
+        rs = rc[order]
+        start = np.searchsorted(rs, lc, side="left")
+        count = np.searchsorted(rs, lc, side="right") - start
     li = np.repeat(np.arange(nl), count)
-    # position inside each left row's run of matches
-    run_start = np.repeat(np.cumsum(count) - count, count)
-    ri = order[np.repeat(start, count) + (np.arange(len(li)) - run_start)]
+    # pair p of left row i is match (p - first pair of i) of i's run, at start[i] in order
+    shift = np.repeat(start - (np.cumsum(count) - count), count)
+    shift += np.arange(len(li))
+    ri = order[shift]
     return li, ri
 
 
@@ -213,7 +292,7 @@ class RelationType:
     :meth:`duplicates`), continuity is a property (:attr:`is_continuous`).
     """
 
-    __slots__ = ("keys", "shape_ids", "shapes", "dtype")
+    __slots__ = ("keys", "shape_ids", "shapes", "dtype", "_memo")
 
     def __init__(self, keys, shape_ids, shapes: Sequence[Shape], dtype, *, sort: bool = True):
         keys = np.asarray(keys, dtype=np.int64)
@@ -226,16 +305,27 @@ class RelationType:
         # one table entry per distinct shape in use, renumbered; an empty relation keeps
         # its shape table, so it still knows its chunk rank and dtype
         if len(shape_ids):
-            used, shape_ids = np.unique(shape_ids, return_inverse=True)
+            if shape_ids.min() < 0:
+                raise ValueError("RelationType: shape ids must be non-negative")
+            used, shape_ids = unique_inverse(shape_ids, int(shape_ids.max()) + 1)
             distinct: dict[Shape, int] = {}
             remap = np.array([distinct.setdefault(shapes[i], len(distinct)) for i in used], dtype=np.intp)
             shape_ids = remap[shape_ids.reshape(-1)]
             shapes = tuple(distinct)
         else:
             shapes = tuple(dict.fromkeys(shapes))
+        memo: dict = {}
         if sort and len(keys) > 1:
-            order = lexsort_rows(keys)
-            keys, shape_ids = keys[order], shape_ids[order]
+            rc = _radix(keys) if keys.shape[1] else None
+            if rc is None:
+                order = lexsort_rows(keys)
+                keys, shape_ids = keys[order], shape_ids[order]
+            else:  # the codes are order-preserving: sort them, keep them for locate
+                bases, codes = rc
+                order = _sorting_permutation(codes)
+                if order is not None:
+                    keys, shape_ids, codes = keys[order], shape_ids[order], codes[order]
+                memo["index"] = _KeyIndex(bases, codes, None)
         keys.setflags(write=False)
         shape_ids = shape_ids.reshape(-1)
         shape_ids.setflags(write=False)
@@ -243,6 +333,7 @@ class RelationType:
         self.shape_ids = shape_ids
         self.shapes = shapes
         self.dtype = np.dtype(dtype)
+        self._memo = memo  # derived facts, computed once (the type is immutable)
 
     # -- basic facts -------------------------------------------------------
     @property
@@ -262,9 +353,14 @@ class RelationType:
     @property
     def frontier(self) -> Key:
         """The smallest vector bounding every key (paper §3.2); ``()`` for arity 0."""
-        if self.ntuples == 0:
-            return (0,) * self.arity
-        return tuple(int(v) + 1 for v in self.keys.max(axis=0))
+        f = self._memo.get("frontier")
+        if f is None:
+            if self.ntuples == 0:
+                f = (0,) * self.arity
+            else:
+                f = tuple(m + 1 for m in _column_max(self.keys))
+            self._memo["frontier"] = f
+        return f
 
     @property
     def bound(self) -> Shape:
@@ -275,9 +371,27 @@ class RelationType:
 
     @property
     def chunk_sizes(self) -> np.ndarray:
-        """Elements in each chunk, aligned with :attr:`keys`."""
-        sizes = np.array([math.prod(s) for s in self.shapes], dtype=np.int64)
-        return sizes[self.shape_ids]
+        """Elements in each chunk, aligned with :attr:`keys` (computed once, read-only)."""
+        out = self._memo.get("chunk_sizes")
+        if out is None:
+            sizes = self.shape_sizes
+            if len(sizes) == 1:  # one chunk shape (the usual case): a constant view, no memory
+                out = np.broadcast_to(sizes[0], (self.ntuples,))
+            else:
+                out = sizes[self.shape_ids]
+                out.setflags(write=False)
+            self._memo["chunk_sizes"] = out
+        return out
+
+    @property
+    def shape_sizes(self) -> np.ndarray:
+        """Elements in a chunk of each of :attr:`shapes` (index it with shape ids)."""
+        out = self._memo.get("shape_sizes")
+        if out is None:
+            out = np.array([math.prod(s) for s in self.shapes], dtype=np.int64)
+            out.setflags(write=False)
+            self._memo["shape_sizes"] = out
+        return out
 
     @property
     def nelements(self) -> int:
@@ -296,6 +410,19 @@ class RelationType:
         """``{key: chunk shape}`` for every key."""
         return {tuple(k): self.shapes[i] for k, i in zip(self.keys.tolist(), self.shape_ids.tolist())}
 
+    def _index(self):
+        """The keys' mixed-radix codes (bases: the frontier) with the permutation that
+        sorts them — or ``None`` when they do not fit in 62 bits."""
+        if "index" not in self._memo:
+            rc = _radix(self.keys)
+            if rc is None:
+                self._memo["index"] = None
+            else:
+                bases, codes = rc
+                order = _sorting_permutation(codes)
+                self._memo["index"] = _KeyIndex(bases, codes if order is None else codes[order], order)
+        return self._memo["index"]
+
     def locate(self, keys) -> np.ndarray:
         """Row index of each of ``keys`` (an (m, k) int array); -1 where absent."""
         keys = np.asarray(keys, dtype=np.int64)
@@ -303,6 +430,10 @@ class RelationType:
             keys = keys.reshape(-1, self.arity) if self.arity else keys.reshape(len(keys), 0)
         if self.ntuples == 0:
             return np.full(len(keys), -1, dtype=np.intp)
+        if keys.shape[1] == self.arity:
+            index = self._index()
+            if index is not None:
+                return index.locate(keys)
         both = encode_rows(np.concatenate([self.keys, keys]))
         mine, theirs = both[: self.ntuples], both[self.ntuples :]
         order = np.argsort(mine, kind="stable")
@@ -332,7 +463,9 @@ class RelationType:
         """Keys that occur more than once (uniqueness, paper §3.2)."""
         if self.ntuples < 2:
             return []
-        same = np.all(self.keys[1:] == self.keys[:-1], axis=1)
+        same = np.ones(self.ntuples - 1, dtype=bool)
+        for j in range(self.arity):  # column by column (see _column_max)
+            same &= self.keys[1:, j] == self.keys[:-1, j]
         return sorted({tuple(r) for r in self.keys[1:][same].tolist()})
 
     @property
@@ -355,8 +488,17 @@ class RelationType:
             self.dtype == other.dtype
             and self.keys.shape == other.keys.shape
             and bool(np.array_equal(self.keys, other.keys))
-            and [self.shapes[i] for i in self.shape_ids] == [other.shapes[i] for i in other.shape_ids]
+            and self._same_chunk_shapes(other)
         )
+
+    def _same_chunk_shapes(self, other: "RelationType") -> bool:
+        """Row by row, equal chunk shapes (``shapes`` tables hold distinct shapes)."""
+        if self.shapes == other.shapes:
+            return bool(np.array_equal(self.shape_ids, other.shape_ids))
+        mine = {s: i for i, s in enumerate(self.shapes)}
+        to_mine = np.array([mine.get(s, -1) for s in other.shapes], dtype=np.intp)
+        return bool(np.array_equal(self.shape_ids, to_mine[other.shape_ids])) if len(to_mine) else (
+            len(self.shape_ids) == 0)
 
     __hash__ = None  # mutable-looking arrays inside; compare, don't hash
 
@@ -366,6 +508,50 @@ class RelationType:
             f"RelationType(arity={self.arity}, tuples={self.ntuples}, frontier={self.frontier}, "
             f"chunks=[{shapes}], dtype={self.dtype})"
         )
+
+
+class _KeyIndex:
+    """Sorted mixed-radix codes of a relation's keys, for :meth:`RelationType.locate`.
+    ``order`` maps a sorted position to its row (``None``: the rows are sorted).  When
+    the keys are every key below the frontier, in order, a key's code *is* its row."""
+
+    __slots__ = ("bases", "codes", "order", "dense")
+
+    def __init__(self, bases, codes, order):
+        n = len(codes)
+        self.dense = order is None and n == math.prod(bases) and (
+            n == 0 or (int(codes[0]) == 0 and int(codes[-1]) == n - 1 and bool(np.all(codes[1:] != codes[:-1]))))
+        # a dense index needs no table: the code is the row
+        self.bases, self.codes, self.order = bases, (None if self.dense else codes), order
+
+    def rows_of(self, code: np.ndarray):
+        """Row of each code (of keys below the frontier), or ``None`` if one is absent."""
+        if self.dense:
+            return code
+        pos = np.minimum(np.searchsorted(self.codes, code), len(self.codes) - 1)
+        if not np.array_equal(self.codes[pos], code):
+            return None
+        return pos if self.order is None else self.order[pos]
+
+    def locate(self, keys: np.ndarray) -> np.ndarray:
+        m, k = keys.shape
+        if k == 0:  # every query is the key (), row 0
+            return np.zeros(m, dtype=np.intp)
+        valid = np.ones(m, dtype=bool)
+        for j, b in enumerate(self.bases):  # column by column (see _column_max)
+            col = keys[:, j]
+            valid &= (col >= 0) & (col < b)
+        ok = bool(valid.all())
+        code = _mixed_radix(keys if ok else np.where(valid[:, None], keys, 0), self.bases)
+        if self.dense:
+            return code if ok else np.where(valid, code, -1)
+        n = len(self.codes)
+        pos = np.minimum(np.searchsorted(self.codes, code), n - 1)
+        hit = self.codes[pos] == code
+        if not ok:
+            hit &= valid
+        rows = pos if self.order is None else self.order[pos]
+        return np.where(hit, rows, -1)
 
 
 def grid_extents(shape: Shape, chunks: Shape) -> list[list[int]]:

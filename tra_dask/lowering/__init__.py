@@ -1,15 +1,20 @@
 """Lowering: one topological pass from a physical plan to a Dask task graph in which
 every task is pinned to one worker.
 
-Every physical tuple ``(key, site)`` the results need (:func:`~tra_dask.physical.demand`)
-becomes one Dask key, unique to the submission
-(``(f"{op}-{node}-{token}", i)``, ``i`` the tuple's index in the node's layout).  A
-Broadcast or Shuffle becomes, for each tuple it moves, an identity task on the
-destination worker that depends on the source tuple — Dask's own transfer moves the
-bytes; a tuple already at its destination costs neither a task nor a byte (the new
-key is an alias of the old).  Local operators become kernel tasks on their site;
-LocalFilter and pure rekeys are aliases.  A local aggregation is one task per group
-and site, folding the group's chunks in key order.
+What runs is :mod:`tra_dask.physical.work`'s derivation of the plan, emitted as is:
+one Dask task per task there, one visitor per physical node type, so the tasks the
+cost model counts are the tasks the graph holds.  Every physical tuple ``(key, site)``
+the results need (:func:`~tra_dask.physical.demand`) has one Dask key, unique to the
+submission: ``(f"{op}-{node}-{token}", i)`` for the tuple ``i`` a task of the node
+makes (``i`` the first tuple of the node's layout that task makes), or the key of the
+input tuple it aliases.  A Broadcast or Shuffle becomes, for each array it moves to a
+site, an identity task on the destination worker that depends on the source tuple —
+Dask's own transfer moves the bytes; a tuple already at its destination costs neither
+a task nor a byte (an alias), and an array another move of the plan already brought
+to that site is read from that copy there.  Local operators become kernel tasks on
+their site; LocalFilter, pure rekeys and aggregation groups of one are aliases.  An
+aggregation group of several is one task, folding (or concatenating) its chunks in
+key order.
 
 No Dask graph optimisation or fusion runs on the result: tasks are grouped into one
 ``MaterializedLayer`` per worker carrying ``{"workers": [addr],
@@ -25,10 +30,8 @@ import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.task_spec import Task, TaskRef
 
-from ..logical.sources import ClusterSource, FromFunction
-from ..node import toposort
-from ..physical import (Broadcast, ConcatAgg, KeyArrayMap, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PSource,
-                        Shuffle, TileMap, demand, result_copies)
+from ..physical import (Broadcast, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PSource, Shuffle, result_copies)
+from ..physical.work import NodeWork, PlanWork, plan_work
 from . import tasks
 
 __all__ = ["lower", "Lowered"]
@@ -46,6 +49,7 @@ class Lowered:
     planned: dict = field(default_factory=dict)    # dask key -> worker, for every task
     outputs: list = field(default_factory=list)    # per output: {TRA key: dask key}
     moves: dict = field(default_factory=dict)      # (source key, site) -> the key of that transfer
+    work: PlanWork | None = None                   # what the graph runs: physical.work's derivation
 
     @property
     def ntasks(self) -> int:
@@ -68,15 +72,37 @@ def lower(plan, workers: list, token: str) -> Lowered:
     if len(workers) != plan.sites:
         raise ValueError(f"the plan is for {plan.sites} sites but {len(workers)} workers were given")
     out = Lowered(token, list(workers))
-    need = demand(plan.outputs)
-    for i, node in enumerate(toposort(plan.outputs)):
+    out.work = work = plan_work(plan.outputs)
+    for i, node in enumerate(work.order):
         name = f"{node._op}-{i}-{token}"
-        out.node_keys[node] = _VISIT[type(node)](node, name, out, need[node])
+        w = work[node]
+        task_keys = [(name, int(j)) for j in w.task_tuple.tolist()]
+        _VISIT[type(node)](node, w, task_keys, out)
+        out.node_keys[node] = _keys(node, w, task_keys, out)
     for o in plan.outputs:
         keys, tra_keys = out.node_keys[o], o.type.key_list()
         copies = result_copies(o.layout, o.type.ntuples)  # one copy of each key: the lowest site's
         out.outputs.append({tra_keys[r]: keys[c] for r, c in enumerate(copies.tolist())})
     return out
+
+
+def _keys(node, w: NodeWork, task_keys: list, out: Lowered) -> list:
+    """The Dask key of every physical tuple: its task's, its input's (an alias), a
+    resident chunk's, or None where the plan does not need it."""
+    if w.resident:
+        existing = dict(node.source.dask_keys)
+        tra_keys = node.type.key_list()
+        return [existing[tra_keys[r]] for r in node.layout.rows.tolist()]
+    in_keys = out.node_keys[node.children[0]] if node.children else None
+    return [task_keys[t] if t >= 0 else in_keys[a] if a >= 0 else None
+            for t, a in zip(w.made_by.tolist(), w.alias.tolist())]
+
+
+def _refs(node, w: NodeWork, t: int, out: Lowered) -> list:
+    """TaskRefs to task ``t``'s inputs, in call order."""
+    a, b = int(w.in_ptr[t]), int(w.in_ptr[t + 1])
+    kids = node.children
+    return [TaskRef(out.node_keys[kids[c]][i]) for c, i in zip(w.in_child[a:b].tolist(), w.in_tuple[a:b].tolist())]
 
 
 def _task(out: Lowered, site: int, key, fn, *args):
@@ -86,118 +112,68 @@ def _task(out: Lowered, site: int, key, fn, *args):
     return key
 
 
-def _visit_source(node: PSource, name: str, out: Lowered, need):
-    src, lay, t = node.source, node.layout, node.type
-    tra_keys = t.key_list()
-    keys = []
-    if isinstance(src, ClusterSource):
-        existing = dict(src.dask_keys)
-        return [existing[tra_keys[r]] for r in lay.rows.tolist()]
-    shapes = t.chunk_shapes()
-    for i, (row, site, needed) in enumerate(zip(lay.rows.tolist(), lay.sites.tolist(), need.tolist())):
-        if not needed:
-            keys.append(None)
-            continue
-        key = (name, i)
-        tk = tra_keys[row]
-        if isinstance(src, FromFunction):
+def _visit_source(node: PSource, w: NodeWork, task_keys: list, out: Lowered):
+    src, t = node.source, node.type
+    if w.resident:
+        return
+    tra_keys, rows = t.key_list(), node.layout.rows
+    shapes = t.chunk_shapes() if w.kind == "load" else None
+    for key, i, site in zip(task_keys, w.task_tuple.tolist(), w.task_site.tolist()):
+        tk = tra_keys[int(rows[i])]
+        if w.kind == "load":
             _task(out, site, key, tasks.load, src.fn, tk, shapes[tk], str(t.dtype), src.name)
-        else:  # data in this process: scatter it straight to its site
+        else:  # "scatter": data in this process goes straight to its site
             chunk = src.load(tk)
             out.scatter[out.workers[site]][key] = np.ascontiguousarray(chunk) if isinstance(chunk, np.ndarray) else chunk
             out.planned[key] = out.workers[site]
-        keys.append(key)
-    return keys
 
 
-def _visit_move(node, name: str, out: Lowered, need):
-    """Broadcast and Shuffle: a task on the destination for each tuple that moves."""
-    lay = node.layout
-    (src,) = lay.lineage
+def _visit_move(node, w: NodeWork, task_keys: list, out: Lowered):
+    """Broadcast and Shuffle: a task on the destination for each array that arrives
+    there; one the plan already moved there is read from that copy (no bytes)."""
     in_keys = out.node_keys[node.input]
-    keys = []
-    made = out.moves  # one transfer per (source key, destination), across all moves of the plan:
-    for i, (s_idx, site, moved, needed) in enumerate(  # a second move of one array to one site reuses
-            zip(src.tolist(), lay.sites.tolist(), lay.moved.tolist(), need.tolist())):  # the first's key
-        if not needed:
-            keys.append(None)
-        elif moved:
-            k = (in_keys[s_idx], site)
-            if k not in made:
-                made[k] = _task(out, site, (name, i), tasks.identity, TaskRef(in_keys[s_idx]))
-            keys.append(made[k])
+    via = out.work.via
+    for t, (key, site, p) in enumerate(zip(task_keys, w.task_site.tolist(), w.in_tuple.tolist())):
+        first = via.get((node, t))
+        if first is None:
+            out.moves[(in_keys[p], site)] = _task(out, site, key, tasks.identity, TaskRef(in_keys[p]))
         else:
-            keys.append(in_keys[s_idx])
-    return keys
+            fnode, ft = first
+            fkey = out.node_keys[fnode][int(out.work[fnode].task_tuple[ft])]
+            _task(out, site, key, tasks.identity, TaskRef(fkey))
 
 
-def _visit_join(node: LocalJoin, name: str, out: Lowered, need):
-    lp, rp = node.layout.lineage
-    lk, rk = out.node_keys[node.left], out.node_keys[node.right]
+def _visit_join(node: LocalJoin, w: NodeWork, task_keys: list, out: Lowered):
     fn, params = node.kernel.fn, node.kernel.params
-    return [
-        _task(out, site, (name, i), tasks.apply, fn, params, TaskRef(lk[a]), TaskRef(rk[b])) if needed else None
-        for i, (a, b, site, needed) in enumerate(zip(lp.tolist(), rp.tolist(), node.layout.sites.tolist(), need.tolist()))
-    ]
+    for t, (key, site) in enumerate(zip(task_keys, w.task_site.tolist())):
+        _task(out, site, key, tasks.apply, fn, params, *_refs(node, w, t, out))
 
 
-def _visit_aggregate(node: LocalAggregate, name: str, out: Lowered, need):
-    (out_index,) = node.layout.lineage
-    ilay, it = node.input.layout, node.input.type
-    in_keys = out.node_keys[node.input]
-    members = defaultdict(list)
-    # fold in key order, so a non-commutative kernel folds as the reference evaluator does
-    order = np.lexsort(tuple(it.keys[ilay.rows].T[::-1])) if it.arity else np.arange(ilay.ntuples)
-    for p in order.tolist():
-        members[int(out_index[p])].append(p)
-    keys = []
+def _visit_aggregate(node: LocalAggregate, w: NodeWork, task_keys: list, out: Lowered):
     k = node.kernel
-    for i, (site, needed) in enumerate(zip(node.layout.sites.tolist(), need.tolist())):
-        if not needed:
-            keys.append(None)
-            continue
-        refs = [TaskRef(in_keys[p]) for p in members[i]]
-        if isinstance(k, ConcatAgg):
-            kd = k.key_dim
-            refs = [TaskRef(in_keys[p]) for p in sorted(members[i], key=lambda p: it.keys[ilay.rows[p], kd])]
-            keys.append(_task(out, site, (name, i), tasks.concat, k.array_dim, *refs))
-        elif len(refs) == 1:
-            keys.append(in_keys[members[i][0]])  # a group of one: nothing to fold
+    for t, (key, site) in enumerate(zip(task_keys, w.task_site.tolist())):
+        refs = _refs(node, w, t, out)
+        if w.kind == "concat":
+            _task(out, site, key, tasks.concat, k.array_dim, *refs)
         else:
-            keys.append(_task(out, site, (name, i), tasks.fold, k.fn, k.params, *refs))
-    return keys
+            _task(out, site, key, tasks.fold, k.fn, k.params, *refs)
 
 
-def _visit_filter(node: LocalFilter, name: str, out: Lowered, need):
-    (src,) = node.layout.lineage
-    in_keys = out.node_keys[node.input]
-    return [in_keys[p] if needed else None for p, needed in zip(src.tolist(), need.tolist())]
+def _visit_filter(node: LocalFilter, w: NodeWork, task_keys: list, out: Lowered):
+    pass  # aliases only
 
 
-def _visit_map(node: LocalMap, name: str, out: Lowered, need):
-    (src,) = node.layout.lineage
-    in_keys = out.node_keys[node.input]
+def _visit_map(node: LocalMap, w: NodeWork, task_keys: list, out: Lowered):
     op = node.op
-    if isinstance(op, KeyArrayMap) and op.kernel is None:  # a pure rekey moves nothing
-        return [in_keys[p] if needed else None for p, needed in zip(src.tolist(), need.tolist())]
-    sites = node.layout.sites.tolist()
-    if isinstance(op, TileMap):
-        tix = node.type.keys[node.layout.rows, -1].tolist()
-        return [
-            _task(out, site, (name, i), tasks.tile_slice, TaskRef(in_keys[p]), op.tile_dim,
-                  t * op.tile_size, (t + 1) * op.tile_size) if needed else None
-            for i, (p, site, t, needed) in enumerate(zip(src.tolist(), sites, tix, need.tolist()))
-        ]
-    done: dict = {}  # the kernel runs once per input tuple; its m output keys share it
-    keys = []
-    for i, (p, site, needed) in enumerate(zip(src.tolist(), sites, need.tolist())):
-        if not needed:
-            keys.append(None)
-            continue
-        if p not in done:
-            done[p] = _task(out, site, (name, i), tasks.apply, op.kernel.fn, op.kernel.params, TaskRef(in_keys[p]))
-        keys.append(done[p])
-    return keys
+    if w.kind == "tile":
+        tix = node.type.keys[node.layout.rows[w.task_tuple], -1].tolist()
+        for t, (key, site, ti) in enumerate(zip(task_keys, w.task_site.tolist(), tix)):
+            (ref,) = _refs(node, w, t, out)
+            _task(out, site, key, tasks.tile_slice, ref, op.tile_dim, ti * op.tile_size, (ti + 1) * op.tile_size)
+    elif w.kind == "kernel":
+        for t, (key, site) in enumerate(zip(task_keys, w.task_site.tolist())):
+            _task(out, site, key, tasks.apply, op.kernel.fn, op.kernel.params, *_refs(node, w, t, out))
+    # a pure rekey: aliases only
 
 
 _VISIT = {

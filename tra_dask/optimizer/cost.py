@@ -104,8 +104,29 @@ def _floats_moved(node: PNode, model: str, need: np.ndarray) -> int:
     idx = np.flatnonzero(lay.moved & need)
     # one transfer per distinct (source object, destination): copies that share an
     # array (insert_dim, a pure rekey) travel once
-    _, first = np.unique(lay.origin[idx], return_index=True)
-    return int(node.type.chunk_sizes[lay.rows[idx[first]]].sum())
+    idx = idx[_first_occurrences(lay.origin[idx])]
+    return int(node.type.chunk_sizes[lay.rows[idx]].sum())
+
+
+def _first_occurrences(values: np.ndarray) -> np.ndarray:
+    """Positions of the first occurrence of each distinct value, in increasing order
+    (what ``np.unique(values, return_index=True)`` finds, sorted by position)."""
+    n = len(values)
+    if n <= 1:
+        return np.arange(n)
+    lo = int(values.min())
+    span = int(values.max()) - lo + 1
+    if span <= 4 * n + 1024:  # a dense range of ids (fresh ids are): a table, no sort
+        at = np.empty(span, dtype=np.int64)
+        pos = np.arange(n, dtype=np.int64)
+        at[values[::-1] - lo] = pos[::-1]  # a repeated index keeps the last write: the first position
+        return np.flatnonzero(at[values - lo] == pos)
+    order = np.argsort(values, kind="stable")
+    v = values[order]
+    first = np.empty(n, dtype=bool)
+    first[0] = True
+    np.not_equal(v[1:], v[:-1], out=first[1:])
+    return np.sort(order[first])
 
 
 def _flops_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
@@ -116,11 +137,12 @@ def _flops_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
         lt, rt = node.left.type, node.right.type
         lsid = lt.shape_ids[node.left.layout.rows[lp]]
         rsid = rt.shape_ids[node.right.layout.rows[rp]]
-        pair = lsid * len(rt.shapes) + rsid
-        table = {int(c): node.kernel.flops(lt.shapes[c // len(rt.shapes)], rt.shapes[c % len(rt.shapes)])
-                 for c in unique(pair)}
-        w = np.array([table[int(c)] for c in pair], dtype=np.float64) if len(pair) else np.zeros(0)
-        out += np.bincount(lay.sites[need], weights=w, minlength=s)
+        ns = len(rt.shapes)
+        pair = lsid * ns + rsid
+        table = np.zeros(len(lt.shapes) * ns, dtype=np.float64)  # flops per (left shape, right shape)
+        for c in unique(pair).tolist():
+            table[c] = node.kernel.flops(lt.shapes[c // ns], rt.shapes[c % ns])
+        out += np.bincount(lay.sites[need], weights=table[pair], minlength=s)
     elif isinstance(node, LocalAggregate) and isinstance(node.kernel, Kernel):
         (out_index,) = lay.lineage
         folds = np.bincount(out_index, minlength=lay.ntuples) - 1  # k inputs fold with k-1 calls
@@ -140,8 +162,7 @@ def _flops_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
 def _bytes_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
     lay, t = node.layout, node.type
     idx = np.flatnonzero(need)
-    _, first = np.unique(lay.origin[idx], return_index=True)  # a shared array is held once
-    idx = idx[first]
+    idx = idx[_first_occurrences(lay.origin[idx])]  # a shared array is held once
     w = t.chunk_sizes[lay.rows[idx]] * t.dtype.itemsize
     return np.bincount(lay.sites[idx], weights=w, minlength=lay.nsites).astype(np.int64)
 
@@ -160,45 +181,41 @@ def node_cost(node: PNode, model: str = "exact", need: dict | None = None) -> No
 
 
 def _tasks(node: PNode, need: np.ndarray) -> int:
-    """Tasks the lowering makes: one per needed array it creates (tuples that share
-    an array — aliases, copies of one kernel call, one transfer — are one task)."""
-    from ..logical.sources import ClusterSource, FromFunction
-    from ..physical import LocalFilter, PSource
+    """Tasks the lowering makes for this node: :mod:`tra_dask.physical.work`'s
+    derivation, which the lowering emits as is (one task per array the node creates;
+    aliases, copies of one kernel call and one transfer share one)."""
+    from ..physical.work import node_work
 
-    lay = node.layout
-    if isinstance(node, LocalFilter) or (isinstance(node, LocalMap) and isinstance(node.op, KeyArrayMap)
-                                         and node.op.kernel is None):
-        return 0
-    if isinstance(node, PSource):
-        return int(need.sum()) if isinstance(node.source, FromFunction) else 0
-    if isinstance(node, (Broadcast, Shuffle)):
-        return len(unique(lay.origin[lay.moved & need]))
-    if isinstance(node, LocalAggregate):
-        members = np.bincount(lay.lineage[0], minlength=lay.ntuples)
-        return int((need & (members > 1)).sum())
-    _ = ClusterSource
-    return len(unique(lay.origin[need]))
+    return node_work(node, need).ntasks
 
 
-_MEMO: "OrderedDict" = None  # (node, model, demand masks) -> NodeCost; the search re-costs shared subtrees
+_MEMO_PER_NODE = 64  # demand patterns remembered per node
+
+
+def _digest(mask: np.ndarray) -> bytes:
+    """A 128-bit fingerprint of a demand mask (a key, not a copy: masks of big joins
+    are tens of MB)."""
+    import hashlib
+
+    return hashlib.blake2b(np.packbits(mask).tobytes() + len(mask).to_bytes(8, "little"), digest_size=16).digest()
 
 
 def _node_cost_memo(node: PNode, model: str, need: dict) -> NodeCost:
-    global _MEMO
-    if _MEMO is None:
-        from collections import OrderedDict
-
-        _MEMO = OrderedDict()
-    key = (node, model, need[node].tobytes(), tuple(need[c].tobytes() for c in node.children))
-    hit = _MEMO.get(key)
-    if hit is not None and hit.node is node:
-        _MEMO.move_to_end(key)
-        return hit
-    out = node_cost(node, model, need)
-    _MEMO[key] = out
-    if len(_MEMO) > 50_000:
-        _MEMO.popitem(last=False)
-    return out
+    """``node_cost`` remembered on the node itself, per (model, demand on the node and
+    its children): the search re-costs shared subtrees.  Kept on the node so that it
+    lives exactly as long as the node does."""
+    memo = node.__dict__.get("_cost_memo")
+    if memo is None:
+        memo = {}
+        object.__setattr__(node, "_cost_memo", memo)
+    key = (model, _digest(need[node]), tuple(_digest(need[c]) for c in node.children))
+    hit = memo.get(key)
+    if hit is None:
+        hit = node_cost(node, model, need)
+        if len(memo) >= _MEMO_PER_NODE:
+            memo.pop(next(iter(memo)))
+        memo[key] = hit
+    return hit
 
 
 def plan_cost(outputs, model: str = "exact") -> Cost:
@@ -222,24 +239,33 @@ def plan_cost(outputs, model: str = "exact") -> Cost:
 def _one_transfer_per_array_and_site(nodes, need, per):
     """Two moves of one array to one site (from different Broadcast/Shuffle nodes)
     are one transfer on a cluster: the worker already holds it.  Count it for the
-    first node (in plan order) that moves it."""
+    first node (in plan order) that moves it.
+
+    One vectorised pass: every needed move of the plan, in plan order, as the code
+    ``source object * sites + destination``; a move counts iff it is the first
+    occurrence of its code."""
     import dataclasses
 
-    seen: set = set()
-    out = dict(per)
-    for n in nodes:
-        if not isinstance(n, (Broadcast, Shuffle)):
-            continue
+    movers = [n for n in nodes if isinstance(n, (Broadcast, Shuffle))]
+    if not movers:
+        return dict(per)
+    codes, floats, owner = [], [], []
+    for i, n in enumerate(movers):
         lay = n.layout
         idx = np.flatnonzero(lay.moved & need[n])
         src_origin = n.input.layout.origin[lay.lineage[0][idx]]
-        floats = 0
-        for o, d, i in zip(src_origin.tolist(), lay.sites[idx].tolist(), idx.tolist()):
-            if (o, d) not in seen:
-                seen.add((o, d))
-                floats += int(n.type.chunk_sizes[lay.rows[i]])
-        if floats != per[n].floats_moved:
-            out[n] = dataclasses.replace(per[n], floats_moved=floats, bytes_moved=floats * n.type.dtype.itemsize)
+        codes.append(src_origin * np.int64(n.nsites) + lay.sites[idx])
+        floats.append(n.type.chunk_sizes[lay.rows[idx]])
+        owner.append(np.full(len(idx), i, dtype=np.intp))
+    codes, floats, owner = np.concatenate(codes), np.concatenate(floats), np.concatenate(owner)
+    first = _first_occurrences(codes)  # positions, increasing: owners stay in plan order
+    total = np.concatenate([[0], np.cumsum(floats[first], dtype=np.int64)])
+    bounds = np.searchsorted(owner[first], np.arange(len(movers) + 1))
+    per_node = total[bounds[1:]] - total[bounds[:-1]]  # exact integer sums per node
+    out = dict(per)
+    for n, f in zip(movers, per_node.tolist()):
+        if f != per[n].floats_moved:
+            out[n] = dataclasses.replace(per[n], floats_moved=f, bytes_moved=f * n.type.dtype.itemsize)
     return out
 
 

@@ -1,21 +1,36 @@
 """Cost-based search over equivalent IA plans.
 
-One signature: ``search(outputs, rules, model, memory_limit, budget, beam)``.
+One signature: ``search(outputs, rules, model=..., objective=..., budget=..., beam=...)``.
 
-Strategy: bottom-up over the compiled plan, with memoisation per node.  For each
-node (children first) the candidates are the node rebuilt over every combination of
-its children's surviving candidates, closed under the rules applied at the node and
-one level below (structural deduplication: equal plans are one plan), plus, for a
-source whose placement is free, every balanced ``Part((d,))`` placement.  Each
-candidate is costed exactly (its whole subtree, with demand) and the candidates are
-pruned to a beam: the cheapest few, keeping the best of each distinct output layout
-so that a plan that is dearer here but placed better for the consumer survives.  A
-DAG is handled as a tree whose shared subexpressions are rebuilt identically
-(structural equality re-merges them) and is costed exactly as a DAG at the end; the
-outputs' candidates are combined and the cheapest combination wins.
+Strategy: dynamic programming over the compiled plan, children first, with the
+*exact layout* a plan delivers as its physical property (System R's interesting
+orders, Cascades' required properties).  For each node:
 
-Every rewritten plan a rule yields costs one unit of ``budget``; when it runs out the search stops
-expanding, says so (``truncated``) and returns the best plan found.  It always
+1. *Candidates*: the node rebuilt over every combination of its children's kept
+   candidates, closed under the rules applied at the node and one level below
+   (structural deduplication: equal plans are one plan).  Broadcast and Shuffle are
+   the enforcers; the re-partition rules (R2-x) drop or push them, and the domain
+   rules (BMM either side, CMM, RMM, pre-aggregation, free source placement) offer
+   whole implementations.  A free source is offered on every balanced ``Part(d)``.
+2. *Ranking*: each candidate is costed as the plan that delivers its whole layout —
+   every physical tuple it holds is needed (a consumer reads what it is given).
+   That cost is a sum of per-node costs, memoised per node, so costing a candidate
+   is incremental: only the new nodes on top are computed.
+3. *Pruning*: the cheapest candidate per *placement signature* is kept, for the
+   ``beam`` cheapest signatures.  The signature is the exact layout and, for a
+   Broadcast or Shuffle, also the layout of what it moves: a rule above may drop
+   the move (the consumer is already co-located with that input), so two moves with
+   the same output but different inputs are different interesting plans.
+
+The outputs' kept candidates are combined and costed exactly (with demand: only the
+tuples the results need, what the runtime makes), and the objective picks the best.
+A shared subexpression is a node of the compiled DAG and gets one candidate list;
+the consumers pick from it independently, so a result may use two placements of a
+shared node (computed twice, costed twice — the exact cost of the combined plan
+counts each once per distinct physical node).
+
+Every plan a rule yields costs one unit of ``budget``; when it runs out the search
+stops expanding, says so (``truncated``) and returns the best plan found.  It always
 terminates: the closure per node is bounded in rounds and by the budget.
 """
 
@@ -28,10 +43,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..node import toposort
-from ..physical import Part, PNode, PSource
-from .cost import Cost, plan_cost
+from ..physical import Broadcast, Part, PlacementError, PNode, PSource, Shuffle
+from .cost import Cost, node_cost, plan_cost
+from .objective import FewestBytes, Objective
 
-__all__ = ["search", "SearchResult", "objective"]
+__all__ = ["search", "SearchResult", "objective", "delivered_cost"]
 
 
 @dataclass
@@ -42,21 +58,21 @@ class SearchResult:
     truncated: bool = False
     rewrites: int = 0
     candidates: int = 0
+    objective: object = None
 
 
 def objective(cost: Cost, memory_limit: float | None) -> tuple:
-    """Lexicographic: fits in memory, balanced work (busiest site ≤ 1.25× the
-    mean), fewest floats moved, least work on the busiest site, fewest tasks, fewest
-    physical tuples."""
-    over = memory_limit is not None and float(cost.peak_bytes_per_site.max()) > memory_limit
-    unbalanced = cost.flops_balance > 1.25
-    return (over, unbalanced, cost.floats_moved, float(cost.flops_per_site.max()), cost.tasks, cost.tuples)
+    """The default objective's key (:class:`FewestBytes`) for ``cost``."""
+    return FewestBytes(memory_limit)(cost)
 
 
 def _signature(node: PNode) -> bytes:
     lay = node.layout
     order = np.lexsort((lay.sites, lay.rows))
-    return lay.rows[order].tobytes() + lay.sites[order].tobytes() + bytes([lay.partial])
+    sig = lay.rows[order].tobytes() + lay.sites[order].tobytes() + bytes([lay.partial])
+    if isinstance(node, (Broadcast, Shuffle)):  # what the enforcer moves matters to a rule above
+        sig += b"|" + _signature(node.input)
+    return sig
 
 
 def _with_children(node: PNode, kids) -> PNode:
@@ -96,7 +112,7 @@ def _rewrites(node: PNode, rules, budget: _Budget, depth: int):
             kids[i] = alt
             try:
                 yield _with_children(node, kids)
-            except (ValueError, TypeError):
+            except PlacementError:
                 continue
 
 
@@ -110,34 +126,75 @@ def _source_candidates(node: PSource) -> list[PNode]:
     return out
 
 
-def search(outputs, rules, *, model: str = "exact", memory_limit: float | None = None,
-           budget: int = 50_000, beam: int = 2, rounds: int = 3) -> SearchResult:
-    """The cheapest plan equivalent to ``outputs`` (compiled IA nodes) under ``rules``."""
-    if not isinstance(budget, int) or budget < 1:
-        raise ValueError(f"the search budget must be a positive int (rewrites to try), got {budget!r}")
-    if beam < 1:
-        raise ValueError(f"beam must be >= 1, got {beam!r}")
-    b = _Budget(budget)
+class _Delivered:
+    """Costs of candidate subplans that deliver every tuple of their layout, as sums
+    of per-node costs memoised per node (so costing a candidate computes only its
+    new nodes)."""
+
+    def __init__(self, model: str):
+        self.model = model
+        self.nodes: dict = {}
+        self.plans: dict = {}
+
+    def __call__(self, root: PNode) -> Cost:
+        hit = self.plans.get(root)
+        if hit is not None:
+            return hit
+        nodes = toposort([root])
+        per = {}
+        for n in nodes:
+            c = self.nodes.get(n)
+            if c is None:
+                c = self.nodes[n] = node_cost(n, self.model)
+            per[n] = c
+        out = Cost(
+            self.model, root.nsites,
+            sum(c.floats_moved for c in per.values()),
+            sum(c.bytes_moved for c in per.values()),
+            np.max([c.peak_bytes_per_site for c in per.values()], axis=0),
+            np.sum([c.flops_per_site for c in per.values()], axis=0),
+            per,
+        )
+        self.plans[root] = out
+        return out
+
+
+def delivered_cost(root: PNode, model: str = "exact") -> Cost:
+    """The cost of a subplan that delivers every physical tuple of its layout (the
+    search's ranking cost; :func:`~tra_dask.optimizer.cost.plan_cost` counts only
+    the tuples the results need)."""
+    return _Delivered(model)(root)
+
+
+def search(outputs, rules, *, model: str = "exact", objective: Objective | None = None,
+           memory_limit: float | None = None, budget: int = 50_000, beam: int = 6, rounds: int = 3,
+           final: int = 64) -> SearchResult:
+    """The cheapest plan equivalent to ``outputs`` (compiled IA nodes) under ``rules``
+    (see the module docstring).  ``beam``: placement signatures kept per node;
+    ``final``: candidates per output costed exactly at the end."""
+    for name, v in (("budget", budget), ("beam", beam), ("rounds", rounds), ("final", final)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"the search's {name} must be an int >= 1, got {v!r}")
+    obj = objective if objective is not None else FewestBytes(memory_limit)
+    b = _Budget(int(budget))
+    delivered = _Delivered(model)
     alts: dict = {}
-    costs: dict = {}
     ranked_all: dict = {}
     ncand = 0
 
     def score(n):
-        if n not in costs:
-            costs[n] = plan_cost([n], model)
-        return objective(costs[n], memory_limit)
+        return obj(delivered(n))
 
     for node in toposort(outputs):
         if isinstance(node, PSource):
-            alts[node] = _source_candidates(node)
+            alts[node] = sorted(_source_candidates(node), key=score)
             continue
         seen: dict = {}
         partial = node.layout.partial
         for combo in itertools.product(*(alts[c] for c in node.children)):
             try:
                 cand = _with_children(node, combo)
-            except (ValueError, TypeError):
+            except PlacementError:
                 continue
             if cand.layout.partial == partial:  # over a differently placed child, a fold may be partial
                 seen.setdefault(cand, cand)
@@ -161,27 +218,23 @@ def search(outputs, rules, *, model: str = "exact", memory_limit: float | None =
         ranked = sorted(cands, key=score)
         ranked_all[node] = ranked
         kept, sigs = [], set()
-        for c in ranked:  # best per distinct output layout, cheapest first
+        for c in ranked:  # the cheapest per placement signature, cheapest signatures first
             s = _signature(c)
             if s not in sigs:
                 sigs.add(s)
                 kept.append(c)
-        chosen = kept[:beam]
-        # fill the beam with the next best plans even if laid out alike: a plan that ties
-        # here may be the one a rule above can improve (a filter pushed into a join)
-        chosen += [c for c in ranked if c not in chosen][: max(0, beam - len(chosen))]
+                if len(kept) == beam:
+                    break
         original = _signature(node)  # keep a candidate laid out like the compiled node:
-        if all(_signature(c) != original for c in chosen):  # its consumers were built for it
-            chosen += [c for c in kept if _signature(c) == original][:1]
-        alts[node] = chosen
-    combos = []
-    if len(outputs) == 1:  # every candidate considered for the result is an alternative
+        if all(_signature(c) != original for c in kept):  # its consumers were built for it
+            kept += [c for c in ranked if _signature(c) == original][:1]
+        alts[node] = kept
+    if len(outputs) == 1:  # the output's candidates are the alternatives
         o = outputs[0]
-        combos = [([c], costs[c]) if c in costs else ([c], plan_cost([c], model)) for c in ranked_all.get(o, alts[o])]
+        combos = [[c] for c in ranked_all.get(o, alts[o])[:final]]
     else:
-        for combo in itertools.islice(itertools.product(*(alts[o] for o in outputs)), 256):
-            combos.append((list(combo), plan_cost(list(combo), model)))
-    combos.sort(key=lambda oc: objective(oc[1], memory_limit))
-    best, best_cost = combos[0]
-    return SearchResult(best, best_cost, combos, b.truncated, b.used, ncand)
-
+        combos = [list(c) for c in itertools.islice(itertools.product(*(alts[o] for o in outputs)), final)]
+    costed = [(c, plan_cost(c, model)) for c in combos]
+    costed.sort(key=lambda oc: obj(oc[1]))
+    best, best_cost = costed[0]
+    return SearchResult(best, best_cost, costed, b.truncated, b.used, ncand, obj)

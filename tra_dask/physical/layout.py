@@ -18,15 +18,23 @@ moving two of them to one site moves the bytes once, which is what Dask does.
 
 from __future__ import annotations
 
-import itertools
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..types import RelationType, join_pairs, unique
+from ..types import RelationType, _sorting_permutation, join_pairs, unique, unique_inverse
 from .placement import site_function
 
-__all__ = ["Layout"]
+__all__ = ["Layout", "PlacementError"]
+
+
+class PlacementError(ValueError):
+    """A physical plan that cannot run where its tuples are: a local join whose
+    inputs never meet, a fold over a group spread across sites without an
+    associative kernel, partial aggregates fed to an operator that needs whole ones.
+    The only error a rewrite rule may treat as "this rewrite does not apply here";
+    every other error inside a rule is a bug and surfaces."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,14 +79,16 @@ class Layout:
         return len(unique(self.rows)) == len(self.rows)
 
 
-_IDS = itertools.count()
+_NEXT_ID = 0
+_IDS_LOCK = threading.Lock()
 
 
 def fresh(n: int) -> np.ndarray:
-    """``n`` new array-object ids."""
-    start = next(_IDS)
-    for _ in range(max(n - 1, 0)):
-        next(_IDS)
+    """``n`` new array-object ids (a block of consecutive ints, O(1) to reserve)."""
+    global _NEXT_ID
+    with _IDS_LOCK:
+        start = _NEXT_ID
+        _NEXT_ID += max(n, 1)
     return np.arange(start, start + n, dtype=np.int64)
 
 
@@ -87,10 +97,26 @@ def _moved_origin(src_origin: np.ndarray, dest: np.ndarray, moved: np.ndarray, n
     object, one per distinct (source object, destination site)."""
     out = src_origin.copy()
     if moved.any():
-        code = src_origin[moved] * nsites + dest[moved]
-        _, inv = np.unique(code, return_inverse=True)
-        out[moved] = fresh(int(inv.max()) + 1)[inv.reshape(-1)]
+        out[moved] = fresh_per_class(src_origin[moved], dest[moved], nsites)
     return out
+
+
+def fresh_per_class(origin: np.ndarray, dest: np.ndarray, nsites: int) -> np.ndarray:
+    """New ids, one per distinct ``(origin, dest)`` pair.  Only which pairs share an id
+    matters, not the numbers: when the origins span a dense range (fresh ids usually
+    do) this counts instead of sorting, and distinct origins make every pair new."""
+    m = len(origin)
+    lo = int(origin.min())
+    span = int(origin.max()) - lo + 1
+    if span <= 4 * m + 1024:
+        values, rank = unique_inverse(origin - lo, span)
+        if len(values) == m:  # each origin once: every pair is its own class
+            return fresh(m)
+        _, inv = unique_inverse(rank * nsites + dest, len(values) * nsites)
+    else:
+        _, inv = np.unique(origin * nsites + dest, return_inverse=True)
+    inv = inv.reshape(-1)
+    return fresh(int(inv.max()) + 1)[inv]
 
 
 def _codes(rows, sites, nsites):
@@ -106,31 +132,45 @@ def source_layout(t: RelationType, sites: np.ndarray | None, nsites: int) -> Lay
 
 def broadcast_layout(inp: Layout, t: RelationType, moved: bool = True) -> Layout:
     s = inp.nsites
-    rows = np.repeat(np.arange(t.ntuples), s)
-    sites = np.tile(np.arange(s, dtype=np.int64), t.ntuples)
-    want = _codes(rows, sites, s)
-    have = _codes(inp.rows, inp.sites, s)
-    order = np.argsort(have, kind="stable")
-    pos = np.minimum(np.searchsorted(have[order], want), max(len(have) - 1, 0))
-    held = have[order][pos] == want if len(have) else np.zeros(len(want), bool)
-    src = np.where(held, order[pos], _first_copy(inp, t.ntuples)[rows])  # a copy on the site is used in place
+    n = t.ntuples
+    rows = np.repeat(np.arange(n), s)
+    sites = np.tile(np.arange(s, dtype=np.int64), n)
+    # the wanted tuples (row r on site d) are code r*s + d = their own index: a copy
+    # already on the site is found by one table lookup (the first such copy)
+    at = _first_index(_codes(inp.rows, inp.sites, s), n * s)
+    held = at >= 0
+    src = np.where(held, at, _first_copy(inp, n)[rows])  # a copy on the site is used in place
     mv = ~held if moved else np.zeros(len(rows), bool)
     return Layout(s, rows, sites, False, (src,), mv, _moved_origin(inp.origin[src], sites, mv, s))
 
 
+def _first_index(codes: np.ndarray, bound: int) -> np.ndarray:
+    """``out[c]``: the position of the first occurrence of code ``c`` (codes in
+    ``[0, bound)``), -1 where ``c`` does not occur."""
+    out = np.full(bound, -1, dtype=np.int64)
+    # a repeated index keeps the last value written: write back to front
+    out[codes[::-1]] = np.arange(len(codes) - 1, -1, -1, dtype=np.int64)
+    return out
+
+
 def _first_copy(inp: Layout, n: int) -> np.ndarray:
-    """Index of one physical tuple per row (the copy on the lowest site)."""
-    order = np.lexsort((inp.sites, inp.rows))
-    first = np.full(n, -1, dtype=np.int64)
-    r = inp.rows[order]
-    keep = np.r_[True, r[1:] != r[:-1]] if len(r) else np.zeros(0, bool)
-    first[r[keep]] = order[keep]
-    return first
-
-
-def shuffle_layout(inp: Layout, t: RelationType, dims: tuple) -> Layout:
+    """Index of one physical tuple per row (the copy on the lowest site; the first
+    such tuple if a site holds two)."""
     s = inp.nsites
-    dest = site_function(t.keys[:, list(dims)], s)
+    if inp.ntuples == 0:
+        return np.full(n, -1, dtype=np.int64)
+    if inp.ntuples == n and len(unique(inp.rows, bound=n)) == n:  # one copy per row
+        first = np.full(n, -1, dtype=np.int64)
+        first[inp.rows] = np.arange(n)
+        return first
+    at = _first_index(_codes(inp.rows, inp.sites, s), n * s).reshape(n, s)
+    lowest = np.argmax(at >= 0, axis=1)  # the lowest site holding the row
+    return at[np.arange(n), lowest]
+
+
+def shuffle_layout(inp: Layout, t: RelationType, dest: np.ndarray) -> Layout:
+    """Every key to its site ``dest[row]`` (the shuffle's target placement)."""
+    s = inp.nsites
     if inp.partial:  # every partial copy travels to its group's site
         moved = inp.sites != dest[inp.rows]
         d = dest[inp.rows]
@@ -150,16 +190,15 @@ def join_layout(L: Layout, Lt: RelationType, R: Layout, Rt: RelationType, lo, ro
     """Pairs meet only on a site both tuples are on (paper §4, local join)."""
     if L.partial or R.partial:
         side = llabel if L.partial else rlabel
-        raise ValueError(
+        raise PlacementError(
             f"{where}: {side} holds partial aggregates; finish them (Shuffle + LocalAggregate) "
             f"before a local join"
         )
-    lcols = np.concatenate([Lt.keys[L.rows][:, list(lo)], L.sites[:, None]], axis=1)
-    rcols = np.concatenate([Rt.keys[R.rows][:, list(ro)], R.sites[:, None]], axis=1)
+    lcols = np.concatenate([Lt.keys[:, list(lo)][L.rows], L.sites[:, None]], axis=1)
+    rcols = np.concatenate([Rt.keys[:, list(ro)][R.rows], R.sites[:, None]], axis=1)
     lp, rp = join_pairs(lcols, rcols)
     rest = [d for d in range(Rt.arity) if d not in ro]
-    keys = np.concatenate([Lt.keys[L.rows[lp]], Rt.keys[R.rows[rp]][:, rest]], axis=1)
-    rows = out_t.locate(keys) if len(keys) else np.zeros(0, np.int64)
+    rows = _join_rows(L.rows, lp, Lt, R.rows, rp, Rt, rest, out_t)
     met = np.zeros(out_t.ntuples, bool)
     met[rows] = True
     if not met.all():
@@ -167,13 +206,53 @@ def join_layout(L: Layout, Lt: RelationType, R: Layout, Rt: RelationType, lo, ro
         lkey, rkey = miss[: Lt.arity], _right_key(miss, Lt.arity, lo, ro, Rt.arity)
         lsites = sorted(set(L.sites[L.rows == Lt.locate(np.array([lkey]))[0]].tolist()))
         rsites = sorted(set(R.sites[R.rows == Rt.locate(np.array([rkey]))[0]].tolist()))
-        raise ValueError(
+        raise PlacementError(
             f"{where}: the inputs are not co-located: {llabel} tuple {lkey} is on sites {lsites} "
             f"and {rlabel} tuple {rkey} on sites {rsites}, so they never meet and output key "
             f"{miss} would be lost ({int((~met).sum())} of {out_t.ntuples} output tuples in all). "
             f"Broadcast one side, or shuffle both on the join dims"
         )
     return Layout(L.nsites, rows, L.sites[lp], False, (lp, rp))
+
+
+def _join_rows(lrows, lp, Lt: RelationType, rrows, rp, Rt: RelationType, rest, out_t: RelationType) -> np.ndarray:
+    """Row in ``out_t`` of each joined pair ``(lp[i], rp[i])`` of physical tuples (left
+    key, then the right key's ``rest`` dims).  The output key's code is a left part
+    plus a right part, each computed once per physical input tuple: no (pairs x
+    arity) key matrix is built."""
+    if len(lp) == 0:
+        return np.zeros(0, np.int64)
+    index = out_t._index()
+    if index is None or out_t.arity != Lt.arity + len(rest):
+        keys = np.concatenate([Lt.keys[lrows[lp]], Rt.keys[rrows[rp]][:, rest]], axis=1)
+        return out_t.locate(keys)
+    bases = index.bases
+    strides = [1] * len(bases)
+    for d in range(len(bases) - 2, -1, -1):
+        strides[d] = strides[d + 1] * bases[d + 1]
+    kl = Lt.arity
+
+    def part(keys, dims, first):  # code part and "below the frontier" per key
+        code = np.zeros(len(keys), dtype=np.int64)
+        ok = np.ones(len(keys), dtype=bool)
+        for j, d in enumerate(dims):
+            col = keys[:, d]
+            below = col < bases[first + j]
+            ok &= below
+            code += np.where(below, col, 0) * strides[first + j]
+        return code, ok
+
+    (lcode, lok), (rcode, rok) = part(Lt.keys, range(kl), 0), part(Rt.keys, rest, kl)
+    lcode, lok, rcode, rok = lcode[lrows], lok[lrows], rcode[rrows], rok[rrows]  # per physical tuple
+    # every pair is a key of out_t (the join of the inputs' key sets): check it
+    in_range = (lok.all() or lok[lp].all()) and (rok.all() or rok[rp].all())
+    code = lcode[lp]
+    code += rcode[rp]
+    rows = index.rows_of(code) if in_range else None
+    if rows is None:
+        keys = np.concatenate([Lt.keys[lrows[lp]], Rt.keys[rrows[rp]][:, rest]], axis=1)
+        return out_t.locate(keys)
+    return rows
 
 
 def _right_key(out_key, kl, lo, ro, kr):
@@ -193,16 +272,22 @@ def aggregate_layout(inp: Layout, in_t: RelationType, group_by, out_t: RelationT
     g_of_row = out_t.locate(in_t.keys[:, list(group_by)])
     g = g_of_row[inp.rows]
     code = g.astype(np.int64) * s + inp.sites
-    uniq, out_index = np.unique(code, return_inverse=True)
-    out_index = out_index.reshape(-1)
+    uniq, out_index = unique_inverse(code, out_t.ntuples * s)
     if inp.partial:  # a group is whole on a site iff all its physical tuples are there
         need = np.bincount(g, minlength=out_t.ntuples)
         have = np.bincount(out_index, minlength=len(uniq))
     else:  # ... iff all its keys are there
         need = np.bincount(g_of_row, minlength=out_t.ntuples)
-        distinct = unique(_codes(inp.rows, inp.sites, s))
+        distinct = unique(_codes(inp.rows, inp.sites, s), bound=in_t.ntuples * s)
         d_rows, d_sites = distinct // s, distinct % s
-        have = np.bincount(np.searchsorted(uniq, g_of_row[d_rows] * s + d_sites), minlength=len(uniq))
+        d_code = g_of_row[d_rows] * s + d_sites
+        if len(uniq) and int(uniq[-1]) < 4 * len(code) + 1024:  # position of each code in uniq by lookup
+            at = np.zeros(int(uniq[-1]) + 1, dtype=np.intp)
+            at[uniq] = np.arange(len(uniq))
+            d_index = at[d_code]
+        else:
+            d_index = np.searchsorted(uniq, d_code)
+        have = np.bincount(d_index, minlength=len(uniq))
     out_rows, out_sites = uniq // s, uniq % s
     partial = bool(np.any(have != need[out_rows]))
     members = np.bincount(out_index, minlength=len(uniq))
@@ -214,7 +299,7 @@ def aggregate_layout(inp: Layout, in_t: RelationType, group_by, out_t: RelationT
         origin[single] = inp.origin[first[single]]
     if partial and not can_be_partial:
         bad = int(np.flatnonzero(have != need[out_rows])[0])
-        raise ValueError(
+        raise PlacementError(
             f"{where}: group {tuple(out_t.keys[out_rows[bad]].tolist())} is spread over several "
             f"sites, so site {int(out_sites[bad])} would fold only part of it; that needs an "
             f"associative, commutative kernel (and a Shuffle + LocalAggregate after). Shuffle on "
@@ -228,8 +313,8 @@ def expand_layout(inp: Layout, n_in: int, out_rows: np.ndarray, src_rows: np.nda
     physical copy is mapped on its own site.  ``data``: ``"same"`` (filter, pure
     rekey: the input's arrays), ``"per_input"`` (one kernel call per input tuple,
     shared by its outputs) or ``"new"`` (a new array per output, e.g. tiles)."""
-    order = np.argsort(src_rows, kind="stable")
-    out_sorted = out_rows[order]
+    order = _sorting_permutation(np.asarray(src_rows))  # None: already in order (a filter, most rekeys)
+    out_sorted = out_rows if order is None else out_rows[order]
     counts = np.bincount(src_rows, minlength=n_in)
     starts = np.r_[0, np.cumsum(counts)[:-1]]
     c = counts[inp.rows]

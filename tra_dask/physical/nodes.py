@@ -24,7 +24,7 @@ from ..logical.sources import Source
 from ..node import Node
 from ..types import RelationType
 from . import layout as L
-from .placement import All, KeySites, Part, Placement
+from .placement import All, Grid, KeySites, Part, Placement
 
 __all__ = [
     "PNode", "PSource", "Broadcast", "Shuffle", "LocalJoin", "LocalAggregate", "LocalFilter", "LocalMap",
@@ -64,7 +64,7 @@ class PNode(Node):
 def _same_sites(where: str, *nodes: PNode) -> int:
     counts = {n.nsites for n in nodes}
     if len(counts) > 1:
-        raise ValueError(f"{where}: inputs are placed on different numbers of sites {sorted(counts)}")
+        raise L.PlacementError(f"{where}: inputs are placed on different numbers of sites {sorted(counts)}")
     return counts.pop()
 
 
@@ -94,7 +94,7 @@ class PSource(PNode):
         p, t = self.placement_, self.type
         if isinstance(p, All):
             return L.source_layout(t, None, p.nsites)
-        if isinstance(p, Part):
+        if isinstance(p, (Part, Grid)):
             return L.source_layout(t, p.sites(t), p.nsites)
         if isinstance(p, KeySites):
             return L.source_layout(t, p.sites(t, self.source.label), p.nsites)
@@ -124,26 +124,45 @@ class Broadcast(PNode):
 
     def _infer_layout(self):
         if self.input.layout.partial:
-            raise ValueError(f"Broadcast({self.input.label}): the input holds partial aggregates; finish them first")
+            raise L.PlacementError(f"Broadcast({self.input.label}): the input holds partial aggregates; finish them first")
         return L.broadcast_layout(self.input.layout, self.type)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Shuffle(PNode):
-    """Repartition on the key dims ``dims`` (output placement Part(dims))."""
+    """Repartition on the key dims ``dims``: output placement ``Part(dims)``, or, with
+    a ``grid`` shape, ``Grid(dims, grid)`` (``dims`` then names the key dim driving
+    each grid axis, None for a spread axis)."""
 
     input: PNode
     dims: tuple
+    grid: tuple = ()
     _op = "Shuffle"
     _children = ("input",)
 
+    def _fmt_params(self) -> str:
+        return f"dims={self.dims}" if not self.grid else f"grid={self.target!r}"
+
     def _infer_type(self):
-        dims = _check_dims(f"Shuffle({self.input.label})", self.input, self.dims, "dims", self.input.type.arity)
-        object.__setattr__(self, "dims", dims)
+        where = f"Shuffle({self.input.label})"
+        if self.grid:
+            driven = tuple(d for d in self.dims if d is not None)
+            _check_dims(where, self.input, driven, "dims", self.input.type.arity)
+            object.__setattr__(self, "dims", tuple(None if d is None else int(d) for d in self.dims))
+            object.__setattr__(self, "grid", tuple(int(g) for g in self.grid))
+        else:
+            dims = _check_dims(where, self.input, self.dims, "dims", self.input.type.arity)
+            object.__setattr__(self, "dims", dims)
         return self.input.type
 
+    @property
+    def target(self) -> Placement:
+        """Where the shuffle sends each key: ``Part(dims)`` or ``Grid(dims, grid)``."""
+        s = self.input.nsites
+        return Grid(self.dims, self.grid, s) if self.grid else Part(self.dims, s)
+
     def _infer_layout(self):
-        return L.shuffle_layout(self.input.layout, self.type, self.dims)
+        return L.shuffle_layout(self.input.layout, self.type, self.target.sites(self.type))
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -331,7 +350,7 @@ class LocalMap(PNode):
     def _infer_layout(self):
         lay = self.input.layout
         if lay.partial and not (isinstance(self.op, KeyArrayMap) and self.op.kernel is None):
-            raise ValueError(
+            raise L.PlacementError(
                 f"LocalMap({self.input.label}, {self.op!r}): the input holds partial aggregates; "
                 f"only a pure rekey may run on them, finish the aggregation first"
             )
@@ -352,7 +371,7 @@ def _describe(node: PNode):
     if isinstance(node, Broadcast):
         return All(lay.nsites)
     if isinstance(node, Shuffle):
-        return Part(node.dims, lay.nsites)
+        return node.target
     if lay.is_all(t):
         return All(lay.nsites)
     if lay.single_copy():

@@ -8,6 +8,11 @@
   partitioned on dims whose values range alike put equal values on the same site
   (co-partitioning: what a local join needs), and (ii) value combinations, and so
   tuples, spread evenly: max − min tuples per site ≤ the tuples per combination.
+* :class:`Grid` — key dims mapped onto the axes of a grid of sites (p×p×p for a 3-D
+  multiply, 2×4, 8×1, …): each axis is driven by one key dim, blocked (value v of a
+  dim with extent E sits at coordinate ⌊v·g/E⌋), or is a *spread* axis (None) whose
+  coordinate is the sum of the key's driven values mod g; sites are numbered
+  row-major over the grid.
 * :class:`KeySites` — an explicit key → site map, for sources whose chunks already
   live somewhere.
 
@@ -27,7 +32,7 @@ import numpy as np
 
 from ..types import RelationType, normalize_key
 
-__all__ = ["Placement", "All", "Part", "KeySites", "as_placement"]
+__all__ = ["Placement", "All", "Part", "Grid", "KeySites", "as_placement"]
 
 
 def _check_nsites(nsites) -> int:
@@ -95,6 +100,78 @@ def site_function(values: np.ndarray, nsites: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class Grid(Placement):
+    """Key dims on a grid of sites (see module doc).
+
+    ``axes[a]`` is the key dim that drives grid axis ``a`` (blocked), or None for a
+    spread axis; ``shape[a]`` is the axis' size; the grid has ``prod(shape) ==
+    nsites`` sites.  Two relations gridded alike on dims of equal extents are
+    co-partitioned; a spread axis puts the keys of one cell of the other axes on
+    different layers of the grid (how a 3-D multiply's result is spread over the
+    sites that hold its partial sums).
+
+    >>> from tra_dask.types import grid_type
+    >>> t = grid_type((4, 4), (1, 1), "float64")            # keys (i, j), 4 x 4
+    >>> Grid((0, 1), (2, 2), 4).sites(t).reshape(4, 4).tolist()   # 2 x 2 blocks of sites
+    [[0, 0, 1, 1], [0, 0, 1, 1], [2, 2, 3, 3], [2, 2, 3, 3]]
+    >>> Grid((0, None, 1), (2, 2, 1), 4).sites(t).reshape(4, 4).tolist()  # row blocks, (i + j) mod 2 layers
+    [[0, 1, 0, 1], [1, 0, 1, 0], [2, 3, 2, 3], [3, 2, 3, 2]]
+    """
+
+    axes: tuple
+    shape: tuple
+    nsites: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "nsites", _check_nsites(self.nsites))
+        object.__setattr__(self, "axes", tuple(None if a is None else int(a) for a in self.axes))
+        object.__setattr__(self, "shape", tuple(int(g) for g in self.shape))
+        if len(self.axes) != len(self.shape) or any(g < 1 for g in self.shape):
+            raise ValueError(f"Grid: one size >= 1 per axis, got axes {self.axes} and shape {self.shape}")
+        if int(np.prod(self.shape)) != self.nsites:
+            raise ValueError(f"Grid: a {'x'.join(map(str, self.shape))} grid has {int(np.prod(self.shape))} "
+                             f"sites, not {self.nsites}")
+        driven = [a for a in self.axes if a is not None]
+        if len(set(driven)) != len(driven):
+            raise ValueError(f"Grid: a key dim drives at most one axis, got axes {self.axes}")
+
+    @property
+    def dims(self) -> tuple:
+        """The key dims that drive an axis."""
+        return tuple(a for a in self.axes if a is not None)
+
+    def sites(self, t: RelationType) -> np.ndarray:
+        if self.dims and max(self.dims) >= t.arity:
+            raise ValueError(
+                f"{self!r}: key dim {max(self.dims)} does not exist in a relation of key arity {t.arity}; "
+                f"valid key dims are 0..{t.arity - 1}"
+            )
+        return grid_sites(t.keys, self.axes, self.shape)
+
+    def __repr__(self):
+        axes = ", ".join("*" if a is None else str(a) for a in self.axes)
+        return f"Grid({axes} on {'x'.join(map(str, self.shape))})"
+
+
+def grid_sites(keys: np.ndarray, axes: tuple, shape: tuple) -> np.ndarray:
+    """Site of each key on a grid (see :class:`Grid`)."""
+    n = len(keys)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    driven = [a for a in axes if a is not None]
+    spread = keys[:, driven].sum(axis=1) if driven else np.zeros(n, np.int64)
+    site = np.zeros(n, dtype=np.int64)
+    for a, g in zip(axes, shape):
+        if a is None:
+            c = spread % g
+        else:
+            v = keys[:, a].astype(np.int64)
+            c = v * g // (int(v.max()) + 1)
+        site = site * g + c
+    return site
+
+
+@dataclass(frozen=True)
 class KeySites(Placement):
     """An explicit site for every key (``items`` sorted ``((key, site), ...)``)."""
 
@@ -124,7 +201,7 @@ class KeySites(Placement):
 
 
 def as_placement(spec, nsites: int) -> Placement:
-    """A placement from ``All``/``Part``/``KeySites``, the strings ``"all"``, a tuple of
+    """A placement from ``All``/``Part``/``Grid``/``KeySites``, the strings ``"all"``, a tuple of
     dims (``Part``), or a dict ``{key: site}``."""
     if isinstance(spec, Placement):
         if spec.nsites != nsites:

@@ -141,7 +141,7 @@ def _broadcast(node: Broadcast, inp: Sites):
 def _shuffle(node: Shuffle, inp: Sites):
     s = len(inp)
     t = node.type
-    dest_of = dict(zip(t.key_list(), site_function(t.keys[:, list(node.dims)], s).tolist()))
+    dest_of = dict(zip(t.key_list(), node.target.sites(t).tolist()))
     out: Sites = [[] for _ in range(s)]
     if node.input.layout.partial:  # every partial copy goes to its destination
         for here, tuples in enumerate(inp):

@@ -15,11 +15,12 @@ the two free dims — and yields the whole implementation:
 
 from __future__ import annotations
 
+import functools
 from typing import Iterator, NamedTuple
 
 from ...keys import insert_dim, project
 from ...physical import (Broadcast, KeyArrayMap, LocalAggregate, LocalJoin, LocalMap, PNode, Shuffle)
-from ._util import attempt
+from ._util import attempt, broadcast, shuffle
 
 _MOVES = (Broadcast, Shuffle)
 
@@ -77,10 +78,10 @@ def bmm(node: PNode) -> Iterator[PNode]:
     c = match_contraction(node)
     if c is None:
         return
-    for j in (lambda: LocalJoin(Broadcast(c.left), c.right, (c.a,), (c.b,), c.kernel),
-              lambda: LocalJoin(c.left, Broadcast(c.right), (c.a,), (c.b,), c.kernel)):
+    for j in (lambda: LocalJoin(broadcast(c.left), c.right, (c.a,), (c.b,), c.kernel),
+              lambda: LocalJoin(c.left, broadcast(c.right), (c.a,), (c.b,), c.kernel)):
         for join in attempt(j):
-            yield from attempt(lambda: LocalAggregate(Shuffle(join, c.group_by), c.group_by, c.agg))
+            yield from attempt(lambda: LocalAggregate(shuffle(join, c.group_by), c.group_by, c.agg))
 
 
 def cmm(node: PNode) -> Iterator[PNode]:
@@ -88,10 +89,10 @@ def cmm(node: PNode) -> Iterator[PNode]:
     c = match_contraction(node)
     if c is None:
         return
-    for join in attempt(lambda: LocalJoin(Shuffle(c.left, (c.a,)), Shuffle(c.right, (c.b,)), (c.a,), (c.b,), c.kernel)):
+    for join in attempt(lambda: LocalJoin(shuffle(c.left, (c.a,)), shuffle(c.right, (c.b,)), (c.a,), (c.b,), c.kernel)):
         all_dims = tuple(range(len(c.group_by)))
         yield from attempt(lambda: LocalAggregate(
-            Shuffle(LocalAggregate(join, c.group_by, c.agg), all_dims), all_dims, c.agg))
+            shuffle(LocalAggregate(join, c.group_by, c.agg), all_dims), all_dims, c.agg))
 
 
 def rmm(node: PNode) -> Iterator[PNode]:
@@ -111,10 +112,96 @@ def rmm(node: PNode) -> Iterator[PNode]:
         xs = LocalMap(c.left, KeyArrayMap(insert_dim(2, n_right_free)))
         r = c.right if c.b == 0 else LocalMap(c.right, KeyArrayMap(project(c.b, rf)))
         ys = LocalMap(r, KeyArrayMap(insert_dim(lf, n_left_free)))
-        join = LocalJoin(Shuffle(xs, free), Shuffle(ys, free), (0, 1, 2), (0, 1, 2), c.kernel)
+        join = LocalJoin(shuffle(xs, free), shuffle(ys, free), (0, 1, 2), (0, 1, 2), c.kernel)
         return LocalAggregate(join, c.group_by, c.agg)
 
     yield from attempt(build)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def site_grids(nsites: int, limits: tuple) -> list[tuple]:
+    """Every grid ``(g0, g1, ...)`` of exactly ``nsites`` sites with ``g[a] <=
+    limits[a]`` (an axis is never larger than the key extent that drives it).
+
+    >>> site_grids(8, (4, 4, 4))
+    [(1, 2, 4), (1, 4, 2), (2, 1, 4), (2, 2, 2), (2, 4, 1), (4, 1, 2), (4, 2, 1)]
+    """
+    if not limits:
+        return [()] if nsites == 1 else []
+    out = []
+    for g in _divisors(nsites):
+        if g <= limits[0]:
+            out += [(g,) + rest for rest in site_grids(nsites // g, limits[1:])]
+    return out
+
+
+def _placed(rel: PNode, placement) -> PNode:
+    """A free source made where the plan wants it (the choice of a free source's
+    placement, as :func:`place_free_source`); anything else as it is."""
+    from ...physical import PSource
+
+    if isinstance(rel, PSource) and rel.free and rel.placement_ != placement:
+        return PSource(rel.source, placement, free=True)
+    return rel
+
+
+def rmm_grid(node: PNode) -> Iterator[PNode]:
+    """The 3-D multiply on a grid of sites (Agarwal et al.'s 3-D algorithm; the
+    grid COSMA and CTF choose): the join's output key (i, k, j) — the left key, then
+    the right's free dim — is mapped onto a g_i × g_k × g_j grid of sites (every
+    grid whose sizes multiply to the site count and fit the key extents).  Each
+    operand is replicated (``insert_dim``) along the dim it lacks and shuffled onto
+    the grid, so a left chunk travels to the g_j sites of its (i, k) cell and a
+    right chunk to the g_i sites of its (k, j) cell; each site multiplies what it
+    holds and folds its products.  When g_k > 1 a result chunk has partial sums on
+    g_k sites: they are folded locally (R2-5), then shuffled to one of those sites
+    (the grid's k axis is spread by ``(i + j) mod g_k``) and folded again.  A free
+    source is made on the grid cell that needs it.  (1 × s × 1 is CMM, s × 1 × 1
+    with a whole right operand per site is BMM.)"""
+    c = match_contraction(node)
+    if c is not None:
+        yield from _grid_plans(c, node.nsites)
+
+
+@functools.lru_cache(maxsize=64)
+def _grid_plans(c: Contraction, s: int) -> tuple:
+    """rmm_grid's plans for one contraction (the search meets one contraction under
+    many candidate placements of its inputs' moves: built once)."""
+    return tuple(_build_grid_plans(c, s))
+
+
+def _build_grid_plans(c: Contraction, s: int) -> Iterator[PNode]:
+    from ...physical import Grid
+
+    lf, rf = 1 - c.a, 1 - c.b
+    n_left_free, n_right_free = c.left.type.frontier[lf], c.right.type.frontier[rf]
+    extents = [0, 0, n_right_free]
+    extents[lf], extents[c.a] = n_left_free, c.left.type.frontier[c.a]
+    dims3 = (0, 1, 2)
+    for g in site_grids(s, tuple(extents)):
+        if s == 1:
+            break
+        left_axes = (0, 1, None)
+        right_axes = tuple(None if t == lf else (c.b if t == c.a else rf) for t in dims3)
+
+        def build(g=g, left_axes=left_axes, right_axes=right_axes):
+            left = _placed(c.left, Grid(left_axes, g, s))
+            right = _placed(c.right, Grid(right_axes, g, s))
+            xs = LocalMap(left, KeyArrayMap(insert_dim(2, n_right_free)))
+            r = right if c.b == 0 else LocalMap(right, KeyArrayMap(project(c.b, rf)))
+            ys = LocalMap(r, KeyArrayMap(insert_dim(lf, n_left_free)))
+            join = LocalJoin(shuffle(xs, dims3, g), shuffle(ys, dims3, g), dims3, dims3, c.kernel)
+            if g[c.a] == 1:
+                return LocalAggregate(join, c.group_by, c.agg)
+            pre = LocalAggregate(join, c.group_by, c.agg)
+            axes = tuple(None if t == c.a else c.group_by.index(t) for t in dims3)
+            out_dims = tuple(range(len(c.group_by)))
+            return LocalAggregate(shuffle(pre, axes, g), out_dims, c.agg)
+
+        yield from attempt(build)
 
 
 def place_free_source(node: PNode) -> Iterator[PNode]:
@@ -126,10 +213,10 @@ def place_free_source(node: PNode) -> Iterator[PNode]:
 
     if isinstance(node, Shuffle) and isinstance(node.input, PSource) and node.input.free and node.dims:
         src = node.input
-        yield from attempt(lambda: PSource(src.source, Part(node.dims, src.nsites), free=True))
+        yield from attempt(lambda: PSource(src.source, node.target, free=True))
 
 
-DOMAIN_RULES = (bmm, cmm, rmm, place_free_source)
+DOMAIN_RULES = (bmm, cmm, rmm, rmm_grid, place_free_source)
 
 
 def classify(node: PNode) -> str | None:
@@ -147,6 +234,8 @@ def classify(node: PNode) -> str | None:
     sides = [inner.left, inner.right]
     under = [s.input if isinstance(s, Shuffle) else s for s in sides]
     if all(isinstance(u, LocalMap) and getattr(u.op.key_fn, "multiplicity", 1) > 1 for u in under):
+        if isinstance(sides[0], Shuffle) and sides[0].grid:
+            return f"RMM (3-D, {'x'.join(map(str, sides[0].grid))} grid of sites)"
         return "RMM"
     if not getattr(node.kernel, "associative", False):
         return None

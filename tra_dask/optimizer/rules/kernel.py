@@ -10,7 +10,7 @@ from typing import Iterator
 from ...kernels import compose, premap
 from ...keys import And, KeyMap, identity
 from ...physical import KeyArrayMap, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PNode
-from ._util import attempt, dims_map, is_identity_map
+from ._util import attempt, dims_map, folds_equal_shapes, is_identity_map, join_pairs_equal_shapes
 
 
 def r1_1_merge_filters(node: PNode) -> Iterator[PNode]:
@@ -52,7 +52,10 @@ def r1_3_swap_map_and_filter(node: PNode) -> Iterator[PNode]:
 
 def r1_4_map_through_aggregate(node: PNode) -> Iterator[PNode]:
     """R1-4. map(id, g)(Σ_{gb, agg}(R)) ≡ Σ_{gb, agg}(map(id, g)(R)), when ``g``
-    distributes over ``agg`` (g(agg(a, b)) = agg(g(a), g(b))).  Both directions.
+    distributes over ``agg`` (g(agg(a, b)) = agg(g(a), g(b))) for the chunks every
+    fold combines: proved by :meth:`Kernel.distributes` from the registered kernels'
+    facts and, unless ``g`` is elementwise, from every group folding chunks of one
+    shape.  Both directions.
 
     The paper's first form, Σ_{gb, g∘agg}, applies g at every fold step, which for
     groups of three or more is g(agg(g(agg(a, b)), c)) ≠ g(agg(agg(a, b), c)); we
@@ -61,12 +64,14 @@ def r1_4_map_through_aggregate(node: PNode) -> Iterator[PNode]:
     if (isinstance(node, LocalMap) and is_identity_map(node) and node.op.kernel is not None
             and isinstance(node.input, LocalAggregate)):
         agg = node.input
-        if getattr(agg.kernel, "arity", 0) == 2 and node.op.kernel.distributes(agg.kernel):
+        if (getattr(agg.kernel, "arity", 0) == 2 and node.op.kernel.distributes(
+                agg.kernel, equal_shapes=folds_equal_shapes(agg.input.type, agg.group_by, agg.type))):
             op = KeyArrayMap(identity(agg.input.type.arity), node.op.kernel)
             yield from attempt(lambda: LocalAggregate(LocalMap(agg.input, op), agg.group_by, agg.kernel))
     if (isinstance(node, LocalAggregate) and isinstance(node.input, LocalMap) and is_identity_map(node.input)
             and node.input.op.kernel is not None and getattr(node.kernel, "arity", 0) == 2
-            and node.input.op.kernel.distributes(node.kernel)):
+            and node.input.op.kernel.distributes(
+                node.kernel, equal_shapes=folds_equal_shapes(node.input.input.type, node.group_by, node.type))):
         m = node.input
         op = KeyArrayMap(identity(node.type.arity), m.op.kernel)
         yield from attempt(lambda: LocalMap(LocalAggregate(m.input, node.group_by, node.kernel), op))
@@ -112,7 +117,9 @@ def r1_7_merge_map_into_join(node: PNode) -> Iterator[PNode]:
     """R1-7. map(f, g)(⋈_{k}(L, R)) ≡ ⋈_{g∘k, keys f}(L, R) when f has output arity
     one: the join's kernel becomes g∘k and its output keys go through f.  And when g
     distributes over k: ⋈_{k∘(g×g)} — g applied to each input inside the join, as in
-    the paper's diag(X+Y) derivation (``matAdd∘diag``).  (The paper writes the key
+    the paper's diag(X+Y) derivation (``matAdd∘diag``) — only where the law is proved
+    for the pairs the join meets (:meth:`Kernel.distributes`: equal chunk shapes in
+    every pair, or an elementwise g).  (The paper writes the key
     part as keyMapFunc(joinKeysL); a key map changes the output key, not the join
     keys, so we carry it as the join's output key function.)  Symbolic key maps only."""
     if not (isinstance(node, LocalMap) and isinstance(node.input, LocalJoin) and isinstance(node.op, KeyArrayMap)):
@@ -126,7 +133,7 @@ def r1_7_merge_map_into_join(node: PNode) -> Iterator[PNode]:
     if op.key_fn.is_identity(j.type.arity) and j.key_fn is None:
         key_fn = None
     kernels = [j.kernel] if op.kernel is None else [compose(op.kernel, j.kernel)]
-    if op.kernel is not None and op.kernel.distributes(j.kernel):
+    if op.kernel is not None and op.kernel.distributes(j.kernel, equal_shapes=join_pairs_equal_shapes(j)):
         kernels.append(premap(j.kernel, op.kernel))
     for k in kernels:
         yield from attempt(lambda k=k: LocalJoin(j.left, j.right, j.left_on, j.right_on, k, key_fn))

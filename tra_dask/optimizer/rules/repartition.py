@@ -8,13 +8,13 @@ from itertools import combinations
 from typing import Iterator
 
 from ...physical import Broadcast, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PNode, Shuffle
-from ._util import attempt, is_identity_map
+from ._util import attempt, broadcast, is_identity_map, move_like, shuffle
 
 _MOVES = (Broadcast, Shuffle)
 
 
 def _rebuild_move(move: PNode, inp: PNode) -> PNode:
-    return Broadcast(inp) if isinstance(move, Broadcast) else Shuffle(inp, move.dims)
+    return Broadcast(inp) if isinstance(move, Broadcast) else Shuffle(inp, move.dims, move.grid)
 
 
 def r2_1_last_move_wins(node: PNode) -> Iterator[PNode]:
@@ -41,16 +41,16 @@ def r2_3_swap_move_and_map(node: PNode) -> Iterator[PNode]:
     directions."""
     if isinstance(node, Broadcast) and isinstance(node.input, LocalMap):
         m = node.input
-        yield from attempt(lambda: LocalMap(Broadcast(m.input), m.op))
+        yield from attempt(lambda: LocalMap(broadcast(m.input), m.op))
     if isinstance(node, Shuffle) and isinstance(node.input, LocalMap) and is_identity_map(node.input):
         m = node.input
-        yield from attempt(lambda: LocalMap(Shuffle(m.input, node.dims), m.op))
+        yield from attempt(lambda: LocalMap(move_like(node, m.input), m.op))
     if isinstance(node, LocalMap) and isinstance(node.input, Broadcast):
         b = node.input
-        yield from attempt(lambda: Broadcast(LocalMap(b.input, node.op)))
+        yield from attempt(lambda: broadcast(LocalMap(b.input, node.op)))
     if isinstance(node, LocalMap) and isinstance(node.input, Shuffle) and is_identity_map(node):
         s = node.input
-        yield from attempt(lambda: Shuffle(LocalMap(s.input, node.op), s.dims))
+        yield from attempt(lambda: move_like(s, LocalMap(s.input, node.op)))
 
 
 def r2_4_drop_shuffle_before_aggregate(node: PNode) -> Iterator[PNode]:
@@ -77,14 +77,14 @@ def r2_5_pre_aggregate(node: PNode) -> Iterator[PNode]:
     if not (getattr(k, "associative", False) and getattr(k, "commutative", False)):
         return
     d, gb = node.input.dims, node.group_by
-    if not set(d) <= set(gb):
+    if node.input.grid or not set(d) <= set(gb):  # (a gridded shuffle: the 3-D multiply pre-aggregates)
         return
     inner = node.input.input
     if isinstance(inner, LocalAggregate) and inner.kernel == k:
         return  # already pre-aggregated
     d2 = tuple(gb.index(x) for x in d)
     all_dims = tuple(range(len(gb)))
-    yield from attempt(lambda: LocalAggregate(Shuffle(LocalAggregate(inner, gb, k), d2), all_dims, k))
+    yield from attempt(lambda: LocalAggregate(shuffle(LocalAggregate(inner, gb, k), d2), all_dims, k))
 
 
 def _strip(node: PNode) -> PNode:
@@ -95,18 +95,28 @@ def r2_6_join_strategies(node: PNode) -> Iterator[PNode]:
     """R2-6. ⋈(B(L), R) ≡ ⋈(L, B(R)) ≡ ⋈(S_lo(L), S_ro(R)): broadcast either side,
     or co-partition both on the join keys.  We also co-partition on any non-empty
     subset of the paired join dims (tuples that join agree on all of them, so on any
-    subset too)."""
+    subset too).  A side that is a replication map (``insert_dim``: one tuple becomes
+    several that share one array) is not broadcast: that moves exactly the arrays
+    broadcasting what it replicates moves (the plan R2-3 and the domain rules reach),
+    in a layout the replication factor larger — planning time for nothing."""
     if not isinstance(node, LocalJoin) or node.key_fn is not None:
         return
     L, R = _strip(node.left), _strip(node.right)
     lo, ro, k = node.left_on, node.right_on, node.kernel
-    yield from attempt(lambda: LocalJoin(Broadcast(L), R, lo, ro, k))
-    yield from attempt(lambda: LocalJoin(L, Broadcast(R), lo, ro, k))
+    if not _replicates(L):
+        yield from attempt(lambda: LocalJoin(broadcast(L), R, lo, ro, k))
+    if not _replicates(R):
+        yield from attempt(lambda: LocalJoin(L, broadcast(R), lo, ro, k))
     pairs = list(zip(lo, ro))
     for n in range(len(pairs), 0, -1):
         for sub in combinations(pairs, n):
             dl, dr = tuple(a for a, _ in sub), tuple(b for _, b in sub)
-            yield from attempt(lambda dl=dl, dr=dr: LocalJoin(Shuffle(L, dl), Shuffle(R, dr), lo, ro, k))
+            yield from attempt(lambda dl=dl, dr=dr: LocalJoin(shuffle(L, dl), shuffle(R, dr), lo, ro, k))
+
+
+def _replicates(node: PNode) -> bool:
+    return isinstance(node, LocalMap) and getattr(node.op, "key_fn", None) is not None and getattr(
+        node.op.key_fn, "multiplicity", 1) > 1
 
 
 def r2_7_drop_shuffle_after_join(node: PNode) -> Iterator[PNode]:

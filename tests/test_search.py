@@ -1,0 +1,215 @@
+"""The search finds the best plan of its space: a brute-force enumerator agrees on
+small programs; site grids reach the communication lower bound; the objective, the
+budget and bad input."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tra_dask as td
+from brute_force import enumerate_dp_space, enumerate_plans
+from tra_dask.keys import k0, k1
+from tra_dask.optimizer.bounds import matmul_lower_bound
+from tra_dask.optimizer.cost import plan_cost
+from tra_dask.optimizer.objective import FewestBytes
+from tra_dask.optimizer.rules import RULES
+from tra_dask.physical import Grid, PSource
+from tra_dask.programs import ffnn_sgd_step, matmul, nearest_neighbor
+
+
+def _best_key(plans):
+    obj = FewestBytes()
+    return min(obj(plan_cost(list(p))) for p in plans)
+
+
+def _mat(rng, shape, chunks, name):
+    return td.from_numpy(rng.normal(size=shape), chunks, name=name)
+
+
+@pytest.mark.parametrize("sites", [2, 3, 5])
+@pytest.mark.parametrize("kind", ["chain", "nn", "ffnn"])
+def test_default_beam_finds_what_an_unbounded_beam_finds(kind, sites):
+    """Deeper programs, whose unpruned space is too large to list (a chain of two
+    multiplies: > 4000 plans): keeping every placement signature per node (beam
+    unbounded) finds nothing better."""
+    expr = _program(kind, np.random.default_rng(sites))
+    obj = FewestBytes()
+    assert obj(td.optimize(expr, sites=sites).cost) == obj(td.optimize(expr, sites=sites, beam=10**6).cost)
+
+
+def _program(kind, rng):
+    if kind == "chain":
+        i, k, j, l = rng.integers(1, 3, 4)
+        ab = matmul(_mat(rng, (2 * i, 2 * k), 2, "A"), _mat(rng, (2 * k, 2 * j), 2, "B"))
+        return matmul(ab, _mat(rng, (2 * j, 2 * l), 2, "C"))
+    if kind == "nn":
+        n, d = rng.integers(1, 4, 2)
+        return nearest_neighbor(_mat(rng, (2 * d,), 2, "q"), _mat(rng, (2 * n, 2 * d), 2, "X"),
+                                _mat(rng, (2 * d, 2 * d), 2, "M"))
+    assert kind == "ffnn"
+    return ffnn_sgd_step(_mat(rng, (4, 4), 2, "X"), _mat(rng, (4, 2), 2, "Y"), _mat(rng, (4, 4), 2, "W1"),
+                         _mat(rng, (4, 2), 2, "W2"), 0.1)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(blocks=st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3)), sites=st.integers(2, 6),
+       seed=st.integers(0, 10_000))
+def test_search_equals_brute_force_for_random_multiplies(blocks, sites, seed):
+    """The search's whole plan space, unpruned (every candidate at every node, every
+    combination): its cheapest plan is the search's."""
+    rng = np.random.default_rng(seed)
+    i, k, j = blocks
+    expr = matmul(_mat(rng, (2 * i, 2 * k), 2, "A"), _mat(rng, (2 * k, 2 * j), 2, "B"))
+    space = enumerate_dp_space(list(td.compile(expr, sites).outputs), RULES, limit=4000)
+    assert FewestBytes()(td.optimize(expr, sites=sites).cost) == _best_key(space)
+
+
+@pytest.mark.parametrize("sites", [2, 5])
+def test_search_equals_brute_force_for_matmul_plus_elementwise(sites):
+    rng = np.random.default_rng(sites)
+    expr = td.join(matmul(_mat(rng, (4, 4), 2, "A"), _mat(rng, (4, 2), 2, "B")), _mat(rng, (4, 2), 2, "D"),
+                   (0, 1), (0, 1), "add")
+    space = enumerate_dp_space(list(td.compile(expr, sites).outputs), RULES, limit=4000)
+    assert len(space) > 1000  # (the space is large: the search prunes it to a few dozen)
+    assert FewestBytes()(td.optimize(expr, sites=sites).cost) == _best_key(space)
+
+
+@pytest.mark.parametrize("sites", [2, 3])
+@pytest.mark.parametrize("name", ["add+row_sum", "agg of mul", "diag", "filter+agg", "rekey+add"])
+def test_search_equals_exhaustive_rewriting_on_tiny_programs(name, sites):
+    """Every rule at every position, every free-source placement, to a fixed point:
+    the whole space the rules reach, without the search's structure."""
+    rng = np.random.default_rng(0)
+    A, B = _mat(rng, (4, 4), 2, "A"), _mat(rng, (4, 4), 2, "B")
+    expr = {
+        "add+row_sum": lambda: td.transform(td.join(A, B, (0, 1), (0, 1), "add"), "row_sum"),
+        "agg of mul": lambda: td.aggregate(td.join(A, B, (0, 1), (0, 1), "mul"), (0,), "add"),
+        "diag": lambda: td.transform(td.rekey(td.filter(A, k0 == k1), k0), "diag"),
+        "filter+agg": lambda: td.filter(td.aggregate(A, (1,), "max"), k0 < 1),
+        "rekey+add": lambda: td.join(td.rekey(A, (k1, k0)), B, (0, 1), (0, 1), "add"),
+    }[name]()
+    space = enumerate_plans(td.compile(expr, sites).outputs, RULES, limit=1500)
+    assert FewestBytes()(td.optimize(expr, sites=sites).cost) == _best_key(space)
+
+
+def _keys_only(shape, blocks, name):
+    chunks = tuple(-(-s // b) for s, b in zip(shape, blocks))
+    return td.from_function(lambda k: None, shape, chunks, "float64", name=name)
+
+
+@pytest.mark.parametrize("P,shape,blocks", [
+    (8, (16384, 16384, 16384), (4, 4, 4)),
+    (64, (16384, 16384, 16384), (8, 8, 8)),
+    (8, (10_000, 640_000, 10_000), (1, 64, 1)),
+    (64, (10_000, 640_000, 10_000), (2, 128, 2)),
+    (64, (80_000, 10_000, 80_000), (16, 2, 16)),
+])
+def test_matmul_plans_reach_the_communication_lower_bound(P, shape, blocks):
+    m, k, n = shape
+    A, B = _keys_only((m, k), blocks[:2], "A"), _keys_only((k, n), blocks[1:], "B")
+    plan = td.optimize(matmul(A, B), sites=P)
+    bound = matmul_lower_bound(m, k, n, P) * P  # every site does its share, so each must receive the bound
+    assert plan.cost.flops_balance <= 1.01
+    assert bound <= plan.cost.floats_moved <= 1.3 * bound
+
+
+def test_two_large_dims_on_8_sites_is_the_best_grid():
+    """80000 x 10000 x 80000 on 8 sites: the bound needs a 2.83 x 1 x 2.83 grid; the
+    best integer grids (2x1x4, 4x1x2) move 2x the bound, and the search finds one."""
+    A, B = _keys_only((80_000, 10_000), (8, 1), "A"), _keys_only((10_000, 80_000), (1, 8), "B")
+    plan = td.optimize(matmul(A, B), sites=8)
+    assert plan.cost.floats_moved == pytest.approx(2 * matmul_lower_bound(80_000, 10_000, 80_000, 8) * 8)
+    assert any("2x1x4" in s or "4x1x2" in s for s in plan.strategies())
+
+
+def test_grid_plans_compute_the_product():
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(8, 12)), rng.normal(size=(12, 8))
+    expr = matmul(td.from_numpy(a, (2, 3), name="A"), td.from_numpy(b, (3, 2), name="B"))
+    plan = td.optimize(expr, sites=8)
+    grids = [p for p in [plan] + plan.alternatives if any("grid of sites" in s for s in p.strategies())]
+    assert grids
+    for p in grids:
+        sim = td.simulate(p)
+        got = np.block([[sim.result[(i, j)] for j in range(4)] for i in range(4)])
+        np.testing.assert_allclose(got, a @ b, rtol=1e-12)
+        assert sim.floats_moved == p.cost.floats_moved
+
+
+def test_grid_placement_is_balanced_and_co_partitions():
+    from tra_dask.types import grid_type
+
+    t = grid_type((8, 8, 8), (1, 1, 1), "float64")
+    sites = Grid((0, 1, 2), (2, 2, 2), 8).sites(t)
+    assert np.bincount(sites).tolist() == [64] * 8
+    left = grid_type((8, 8), (1, 1), "float64")
+    s_left = Grid((0, 1, None), (2, 2, 2), 8).sites(left)
+    # a left chunk (i, k) sits on a site of its (i, k) cell: the grid plan's shuffle finds it there
+    cell = (left.keys[:, 0] * 2 // 8) * 4 + (left.keys[:, 1] * 2 // 8) * 2
+    assert set((s_left - cell).tolist()) <= {0, 1}
+    with pytest.raises(ValueError, match="2x2 grid has 4 sites, not 8"):
+        Grid((0, 1), (2, 2), 8)
+    with pytest.raises(ValueError, match="drives at most one axis"):
+        Grid((0, 0), (2, 2), 4)
+
+
+def test_balance_is_a_tie_breaker_not_a_gate():
+    """The CLI's common-large-dim multiply on 3 sites in 4x4 blocks: the plan moving
+    3.8 MiB at balance 1.5 beats one moving 488 MiB (main picked the latter)."""
+    A, B = _keys_only((500, 32_000), (4, 4), "A"), _keys_only((32_000, 500), (4, 4), "B")
+    plan = td.optimize(matmul(A, B), sites=3)
+    assert plan.cost.bytes_moved < 5 * 2**20
+
+
+def test_serial_plans_lose():
+    """A multiply whose result is one chunk: running every product on one site moves
+    nothing, but leaves 7 of 8 sites idle; the objective counts that."""
+    A, B = _keys_only((1000, 64_000), (1, 64), "A"), _keys_only((64_000, 1000), (64, 1), "B")
+    plan = td.optimize(matmul(A, B), sites=8)
+    assert plan.cost.flops_balance < 1.05 and plan.cost.floats_moved > 0
+
+
+def test_objective_is_pluggable():
+    class FewestTasks:
+        name, memory_limit = "tasks", None
+
+        def __call__(self, cost):
+            return (cost.tasks, cost.floats_moved)
+
+    A, B = _keys_only((400, 400), (4, 4), "A"), _keys_only((400, 400), (4, 4), "B")
+    plan = td.optimize(matmul(A, B), sites=4, objective=FewestTasks())
+    assert plan.search.objective.name == "tasks"
+    assert plan.cost.tasks == min([plan.cost.tasks] + [a.cost.tasks for a in plan.alternatives])
+
+
+def test_bad_input_is_a_clear_error():
+    A, B = _keys_only((400, 400), (4, 4), "A"), _keys_only((400, 400), (4, 4), "B")
+    e = matmul(A, B)
+    with pytest.raises(ValueError, match="unknown cost_model 'bytes'; valid: exact, paper"):
+        td.optimize(e, sites=2, cost_model="bytes")
+    with pytest.raises(ValueError, match="unknown objective 'time'; valid: bytes"):
+        td.optimize(e, sites=2, objective="time")
+    with pytest.raises(TypeError, match="objective must be a name"):
+        td.optimize(e, sites=2, objective=42)
+    with pytest.raises(ValueError, match="beam must be an int >= 1, got 1.5"):
+        td.optimize(e, sites=2, beam=1.5)
+    with pytest.raises(ValueError, match="budget must be an int >= 1, got '10'"):
+        td.optimize(e, sites=2, budget="10")
+    with pytest.raises(ValueError, match="memory_limit 'lots' is not a size"):
+        td.optimize(e, sites=2, memory_limit="lots")
+    with pytest.raises(ValueError, match="positive, finite number of bytes"):
+        td.optimize(e, sites=2, memory_limit=-1)
+    # a size string is parsed as Dask parses it
+    free = td.optimize(e, sites=2)
+    assert td.optimize(e, sites=2, memory_limit="1GB").cost.floats_moved == free.cost.floats_moved
+    # no plan fits: the error names the smallest peak of any plan found
+    with pytest.raises(ValueError, match=r"no plan fits in 1,000 bytes per site: the smallest peak .* is [\d,]+ bytes"):
+        td.optimize(e, sites=2, memory_limit="1kB")
+
+
+def test_budget_cut_short_says_so():
+    A, B = _keys_only((400, 400), (4, 4), "A"), _keys_only((400, 400), (4, 4), "B")
+    plan = td.optimize(matmul(A, B), sites=4, budget=5)
+    assert plan.search.truncated and "budget exhausted" in plan.explain()
+    assert plan.search.rewrites == 5

@@ -1,0 +1,509 @@
+"""Soundness of the optimizer: it never changes a result.
+
+Over random small TRA programs (joins with broadcasting kernels, aggregations,
+symbolic rekeys and filters, registered / user-declared / plain-callable kernels,
+including plain callables that merely *share a name* with a registered kernel,
+ragged chunks, 1 to 7 sites, several outputs sharing subexpressions), every plan
+``td.optimize`` produces -- the chosen one and every one in ``plan.alternatives`` --
+must simulate to ``td.evaluate``'s result, and must move exactly the floats its cost
+predicts (the default "exact" cost model).
+
+``TRA_SOUNDNESS_EXAMPLES`` sets the number of random programs (default 150); run a
+longer campaign with e.g. ``TRA_SOUNDNESS_EXAMPLES=2000 pytest tests/test_soundness.py
+--hypothesis-seed=1``.
+"""
+
+import itertools
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import tra_dask as td
+from tra_dask.keys import Dim, as_predicate, insert_dim, project
+
+EXAMPLES = int(os.environ.get("TRA_SOUNDNESS_EXAMPLES", "150"))
+
+# keep every program tiny so that optimize + simulating every alternative stays fast
+MAX_TUPLES = 40          # tuples in any relation of a program
+MAX_FLOATS = 3000        # floats in any relation of a program
+MAX_OPS = 5              # operators applied to the sources
+ATTEMPTS = 12            # tries per operator before giving up on that step
+
+
+# ---------------------------------------------------------------------------
+# kernels: registered ones, user-declared ones (not registered) and plain callables
+
+
+MEANING = {}  # function -> what it computes, for readable failure reports
+
+
+def _named(name, fn, meaning=None):
+    """``fn`` under ``name``: what a user gets from ``def add(a, b): ...``."""
+    fn.__name__ = fn.__qualname__ = name
+    if meaning:
+        MEANING[fn] = meaning
+    return fn
+
+
+# plain callables that share a registered kernel's name but compute something else
+PLAIN_ADD_IS_MAX = _named("add", lambda a, b: np.maximum(a, b), "plain callable add = np.maximum")  # bug 2
+PLAIN_ADD_IS_MUL = _named("add", lambda a, b: a * b, "plain callable add = a * b")
+PLAIN_MUL_IS_SUB = _named("mul", lambda a, b: a - b, "plain callable mul = a - b")
+PLAIN_MAX_IS_MIN = _named("max", lambda a, b: np.minimum(a, b), "plain callable max = np.minimum")
+PLAIN_ROW_SUM_IS_CUMSUM = _named("row_sum", lambda x: np.cumsum(x, axis=-1), "plain callable row_sum = cumsum")
+PLAIN_EXP_IS_TRIPLE = _named("exp", lambda x: 3.0 * x, "plain callable exp = 3 * x")
+PLAIN_RELU_IS_ABS = _named("relu", lambda x: np.abs(x), "plain callable relu = abs")
+PLAIN_DIAG_IS_TRIU = _named("diag", lambda x: np.triu(x), "plain callable diag = triu")
+PLAIN_TRANSPOSE_IS_FLIP = _named("transpose", lambda x: x[..., ::-1].copy(), "plain callable transpose = flip columns")
+# plain callables with their own names
+PLAIN_AXPY = _named("axpy", lambda a, b: 2.0 * a + b)
+PLAIN_SUM = _named("plain_sum", lambda a, b: a + b)
+PLAIN_FLIP = _named("flip_rows", lambda x: x[::-1].copy())
+PLAIN_SQUARE = _named("square", lambda x: x * x)
+
+
+def _max_fn(a, b):
+    return np.maximum(a, b)
+
+
+def _add_fn(a, b):
+    return a + b
+
+
+def _double(x):
+    return 2.0 * x
+
+
+def _col_sum(x):
+    return x.sum(axis=0, keepdims=True)
+
+
+def _col_sum_shape(s):
+    if len(s) != 2:
+        raise td.kernels.KernelTypeError(f"needs 2-d chunks, got {s}")
+    return (1, s[1])
+
+
+# user-declared kernels, none registered; their declared facts are true
+MEANING[_max_fn] = "np.maximum"
+USER_ADD_IS_MAX = td.kernel(_max_fn, name="add", shape="broadcast", associative=True, commutative=True,
+                            register_as=False)   # a declared kernel named "add" that is a max
+USER_MAX = td.kernel(_max_fn, name="user_max", shape="broadcast", associative=True, commutative=True,
+                     register_as=False)
+USER_ADD = td.kernel(_add_fn, name="user_add", shape="broadcast", associative=True, commutative=True,
+                     identity=0.0, register_as=False)
+USER_DOUBLE = td.kernel(_double, name="double", shape="same", distributes_over=("add", "sub", "max", "min"),
+                        register_as=False)
+USER_COL_SUM = td.kernel(_col_sum, name="col_sum", shape=_col_sum_shape, distributes_over=("add", "sub"),
+                         register_as=False)   # true for equal shapes only, like row_sum
+USER_ROW_SUM_IS_DOUBLE = td.kernel(_double, name="row_sum", shape="same", register_as=False)
+USER_PROBED = td.kernel(lambda x: x[:, :1] * 1.0, name="first_col", register_as=False)  # shape learned by probing
+
+# registered kernels about half the time; plain callables and user kernels that share a
+# registered kernel's name often, since rules that go by names are what they catch
+JOIN_KERNELS = ["add", "sub", "mul", "max", "min", "add", "mul", "matmul",
+                PLAIN_ADD_IS_MAX, PLAIN_ADD_IS_MUL, PLAIN_MUL_IS_SUB, PLAIN_MAX_IS_MIN, USER_ADD_IS_MAX,
+                PLAIN_AXPY, PLAIN_SUM, USER_MAX, USER_ADD]
+AGG_KERNELS = ["add", "max", "min", "add",
+               PLAIN_ADD_IS_MAX, PLAIN_ADD_IS_MUL, PLAIN_MAX_IS_MIN, USER_ADD_IS_MAX,
+               PLAIN_SUM, USER_MAX, USER_ADD]
+UNARY_KERNELS = ["row_sum", "diag", "transpose", "relu", "exp", "neg", "row_max", "identity",
+                 "row_sum", "diag", "transpose", "row_max", "neg",
+                 td.kernels.scale(0.5), td.kernels.scale(-2.0),
+                 PLAIN_ROW_SUM_IS_CUMSUM, PLAIN_EXP_IS_TRIPLE, PLAIN_RELU_IS_ABS, PLAIN_DIAG_IS_TRIU,
+                 PLAIN_TRANSPOSE_IS_FLIP, PLAIN_FLIP, PLAIN_SQUARE,
+                 USER_DOUBLE, USER_COL_SUM, USER_ROW_SUM_IS_DOUBLE, USER_PROBED]
+
+
+# kernels that share a registered kernel's name (and an aggregation may use: AGGREGATABLE)
+NAMESAKES = {"add": [PLAIN_ADD_IS_MAX, PLAIN_ADD_IS_MUL, USER_ADD_IS_MAX], "mul": [PLAIN_MUL_IS_SUB],
+             "max": [PLAIN_MAX_IS_MIN]}
+AGGREGATABLE = ("add", "max", "min", "mul")
+
+# after a join or an aggregation: mostly kernels with distributive laws (and the
+# shape-changing, position-dependent ones whose laws hold for equal shapes only)
+MAP_KERNELS = ["row_sum", "row_sum", "diag", "transpose", "neg", "neg", "relu", "exp", "row_max",
+               td.kernels.scale(-2.0), USER_COL_SUM, USER_DOUBLE, PLAIN_ROW_SUM_IS_CUMSUM, PLAIN_EXP_IS_TRIPLE,
+               USER_ROW_SUM_IS_DOUBLE]
+
+# ---------------------------------------------------------------------------
+# random programs
+
+OPS = ["join", "join", "bjoin", "aggregate", "aggregate", "transform", "transform", "join+map", "join+map",
+       "bjoin+map", "bjoin+map", "aggregate+map", "aggregate+map", "aggregate+map", "rekey", "rekey", "filter",
+       "filter", "tile"]
+
+
+def _small(r):
+    t = r.type
+    sizes = np.array([math.prod(s) for s in t.shapes] or [0])
+    return t.ntuples <= MAX_TUPLES and int(sizes[t.shape_ids].sum()) <= MAX_FLOATS
+
+
+@st.composite
+def sources(draw, n_sources):
+    """1-3 source tensors over 1-3 shared axes (extent, chunk), so that joins line up:
+    matrices, columns (n, 1), rows (1, n) and vectors.  Ragged chunking (extent not a
+    multiple of the chunk) is common; chunk grids are at most 3x3."""
+    axes = []
+    for a in range(draw(st.integers(1, 3), label="axes")):
+        grid = draw(st.integers(1, 3), label=f"axis {a} chunks")
+        chunk = draw(st.integers(1, 4), label=f"axis {a} chunk size")
+        n = grid * chunk
+        if grid > 1 and chunk > 1 and draw(st.booleans(), label=f"axis {a} ragged"):
+            n -= draw(st.integers(1, chunk - 1))   # the last chunk is smaller
+        axes.append((n, chunk))
+    unit = (1, 1)
+    out = []
+    for i in range(n_sources):
+        kind = draw(st.sampled_from(["matrix", "matrix", "col", "row", "vector"]), label=f"S{i} kind")
+        ax = st.sampled_from(axes)
+        dims = {"matrix": [ax, ax], "col": [ax, st.just(unit)], "row": [st.just(unit), ax], "vector": [ax]}[kind]
+        shape, chunks = zip(*(draw(d) for d in dims))
+        seed = draw(st.integers(0, 2**16))
+        x = np.random.default_rng(seed).normal(size=shape)
+        out.append(td.from_numpy(x, chunks, name=f"S{i}"))
+    return out
+
+
+def _dims_perm(draw, arity, k, label):
+    return tuple(draw(st.permutations(range(arity)), label=label)[:k]) if arity else ()
+
+
+def _pred_atom(draw, arity):
+    i = draw(st.integers(0, arity - 1))
+    j = draw(st.integers(0, arity - 1))
+    c = draw(st.integers(0, 2))
+    kind = draw(st.sampled_from(["eq", "lt", "ge", "ne", "parity", "opaque"]))
+    if kind == "eq":
+        return Dim(i) == Dim(j)
+    if kind == "lt":
+        return Dim(i) < c + 1
+    if kind == "ge":
+        return Dim(i) >= c
+    if kind == "ne":
+        return Dim(i) != c
+    if kind == "parity":
+        return (Dim(i) + Dim(j)) % 2 == 0
+    return as_predicate(_named("key_even", lambda key, i=i: key[i] % 2 == 0))   # opaque
+
+
+def _key_fn(draw, r):
+    a, fr = r.key_arity, r.frontier
+    kind = draw(st.sampled_from(["perm", "perm", "project", "insert", "shift", "flatten", "opaque"]))
+    if kind == "insert" or a == 0:
+        return insert_dim(draw(st.integers(0, a)), draw(st.integers(1, 2)))
+    if kind == "perm":
+        return project(*draw(st.permutations(range(a))))
+    if kind == "project":
+        return project(*_dims_perm(draw, a, draw(st.integers(0, a)), "project dims"))
+    if kind == "shift":
+        i = draw(st.integers(0, a - 1))
+        return tuple(Dim(d) + 1 if d == i else Dim(d) for d in range(a))
+    if kind == "flatten" and a >= 2:
+        i, j = draw(st.permutations(range(a)))[:2]
+        rest = [Dim(d) for d in range(a) if d not in (i, j)]
+        return (Dim(i) * int(fr[j]) + Dim(j), *rest)
+    return _named("reverse_key", lambda key: tuple(reversed(key)))  # opaque key function
+
+
+def _join_dims(draw, r, s, n):
+    """Up to ``n`` pairs of key dims of ``r`` and ``s`` that range over the same key
+    values (a join's requirement), drawn at random."""
+    def values(rel, d):
+        return tuple(np.unique(rel.type.keys[:, d]).tolist())
+
+    lo, ro = [], []
+    for _ in range(n):
+        pairs = [(a, b) for a in range(r.key_arity) for b in range(s.key_arity)
+                 if a not in lo and b not in ro and values(r, a) == values(s, b)]
+        if not pairs:
+            break
+        a, b = draw(st.sampled_from(pairs), label="joined dims")
+        lo.append(a)
+        ro.append(b)
+    return tuple(lo), tuple(ro)
+
+
+def _uniform_groups(r, group_by):
+    """Whether grouping ``r`` by ``group_by`` puts only chunks of one shape together."""
+    t, seen = r.type, {}
+    for key, sid in zip(map(tuple, t.keys[:, list(group_by)].tolist()), t.shape_ids.tolist()):
+        if seen.setdefault(key, sid) != sid:
+            return False
+    return True
+
+
+def _laws(k):
+    """The binary kernel names a unary kernel spec declares it distributes over."""
+    if isinstance(k, str):
+        k = td.kernels.get_kernel(k)
+    return sorted(k.distributes_over) if isinstance(k, td.Kernel) else []
+
+
+def _one_op(draw, pool, op=None, kernel=None):
+    """A new relation built from the pool by one random operator (may be invalid:
+    the caller catches ValueError/TypeError and tries again)."""
+    op = op or draw(st.sampled_from(OPS), label="op")
+    if op.endswith("+map"):
+        # a unary kernel right after a join or an aggregation: what R1-4 and R1-7 rewrite.
+        # Mostly the binary kernel is one the unary kernel declares a law for -- by that
+        # name: the registered kernel, or a namesake that computes something else
+        m = draw(st.sampled_from(MAP_KERNELS), label="map kernel")
+        laws = [n for n in _laws(m) if op != "aggregate+map" or n in AGGREGATABLE]
+        if laws and draw(st.integers(0, 3)) > 0:
+            name = draw(st.sampled_from(laws), label="law")
+            namesakes = [k for k in NAMESAKES.get(name, ()) if op != "aggregate+map" or k in AGG_KERNELS]
+            kernel = draw(st.sampled_from([name, *namesakes]), label="kernel")
+        return td.transform(_one_op(draw, pool, op[:-4], kernel), m)
+    # half the time the newest relation: deeper chains (transform of a join, ...)
+    r = pool[-1] if draw(st.booleans()) else draw(st.sampled_from(pool), label="input")
+    if op in ("join", "bjoin"):
+        # the right input: mostly another relation (a self-join pairs equal chunks, which
+        # hides kernels that differ only on different arguments)
+        others = [p for p in pool if p is not r]
+        s = draw(st.sampled_from(others if others and draw(st.integers(0, 3)) else pool), label="right input")
+    if op == "bjoin":
+        # joined on one key dim each: chunks of different shapes meet, e.g. (n, 1) and
+        # (1, m), and the kernel broadcasts them
+        lo, ro = _join_dims(draw, r, s, 1)
+        kern = kernel or draw(st.sampled_from(JOIN_KERNELS), label="kernel")
+        return td.join(r, s, lo, ro, kern)
+    if op == "join":
+        n = draw(st.integers(0, min(r.key_arity, s.key_arity, 2)))
+        if n == r.key_arity == s.key_arity and draw(st.booleans()):
+            lo = ro = tuple(range(n))   # elementwise join
+        else:
+            lo, ro = _join_dims(draw, r, s, n)
+        kern = kernel or draw(st.sampled_from(JOIN_KERNELS), label="kernel")
+        return td.join(r, s, lo, ro, kern)
+    if op == "aggregate":
+        # group by dims whose groups hold chunks of one shape (valid by construction),
+        # mostly such that some group holds several chunks
+        a, keys = r.key_arity, r.type.keys
+        valid = [c for n in range(a + 1) for c in itertools.combinations(range(a), n) if _uniform_groups(r, c)]
+        several = [c for c in valid if len({tuple(k) for k in keys[:, list(c)].tolist()}) < len(keys)]
+        gb = draw(st.sampled_from(several if several and draw(st.integers(0, 3)) else valid), label="group_by")
+        gb = tuple(draw(st.permutations(gb)))
+        return td.aggregate(r, gb, kernel or draw(st.sampled_from(AGG_KERNELS), label="kernel"))
+    if op == "transform":
+        return td.transform(r, draw(st.sampled_from(UNARY_KERNELS), label="kernel"))
+    if op == "rekey":
+        return td.rekey(r, _key_fn(draw, r))
+    if op == "filter":
+        if r.key_arity == 0:
+            raise ValueError("nothing to filter on")
+        p = _pred_atom(draw, r.key_arity)
+        comb = draw(st.sampled_from(["one", "one", "and", "or", "not"]))
+        if comb == "and":
+            p = p & _pred_atom(draw, r.key_arity)
+        elif comb == "or":
+            p = p | _pred_atom(draw, r.key_arity)
+        elif comb == "not":
+            p = ~p
+        return td.filter(r, p)
+    # tile, sometimes concatenated back
+    d = draw(st.integers(0, r.rank - 1))
+    t = td.tile(r, d, draw(st.integers(1, 3)))
+    return td.concat(t, t.key_arity - 1, d) if draw(st.booleans()) else t
+
+
+# generator bookkeeping: programs drawn, those left without an operator, operators tried,
+# those that raised (invalid TRA, drawn again), those too big or empty
+STATS = {"programs": 0, "rejected": 0, "attempts": 0, "invalid": 0, "too big or empty": 0}
+
+
+@st.composite
+def programs(draw):
+    """(outputs, sites): a tuple of 1-3 relations over a shared DAG of operators."""
+    pool = draw(sources(draw(st.integers(1, 3), label="sources")))
+    n_ops = draw(st.integers(1, MAX_OPS), label="operators")
+    built = []
+    for _ in range(n_ops):
+        for _attempt in range(ATTEMPTS):
+            STATS["attempts"] += 1
+            try:
+                rel = _one_op(draw, pool)
+            except (ValueError, TypeError):
+                STATS["invalid"] += 1
+                continue
+            if rel.ntuples and _small(rel):
+                pool.append(rel)
+                built.append(rel)
+                break
+            STATS["too big or empty"] += 1
+    STATS["programs"] += 1
+    if not built:
+        STATS["rejected"] += 1
+    assume(built)
+    n_out = draw(st.integers(1, 3), label="outputs")
+    outs = [built[-1]] + [draw(st.sampled_from(pool)) for _ in range(n_out - 1)]
+    sites = draw(st.integers(1, 7), label="sites")
+    # some sources fixed where they are: replicated, partitioned on some key dims, or
+    # scattered key by key; the others are free for the optimizer to place
+    placements = {}
+    for src in _sources_of(outs):
+        kind = draw(st.sampled_from(["free", "free", "all", "dims", "scatter"]), label=f"{src.label} placement")
+        if kind == "all":
+            placements[src.label] = "all"
+        elif kind == "dims":
+            placements[src.label] = _dims_perm(draw, src.key_arity, draw(st.integers(0, src.key_arity)), "dims")
+        elif kind == "scatter":
+            placements[src.label] = {key: draw(st.integers(0, sites - 1)) for key in src.keys}
+    return Program(tuple(outs), sites, placements or None)
+
+
+class Program:
+    """A random program: its outputs, the number of sites and fixed placements (a
+    readable repr, for hypothesis' falsifying-example report)."""
+
+    def __init__(self, outputs, sites, placements):
+        self.outputs, self.sites, self.placements = outputs, sites, placements
+
+    def __iter__(self):
+        return iter((self.outputs, self.sites, self.placements))
+
+    def __repr__(self):
+        srcs = ", ".join(f"{s.label}: shape {s.array.shape} chunks {s.chunks}" for s in _sources_of(self.outputs))
+        outs = "".join(f"\n  output {j}: {o!r}" for j, o in enumerate(self.outputs))
+        kernels = {n.kernel for n in _nodes_of(self.outputs) if isinstance(getattr(n, "kernel", None), td.Kernel)}
+        legend = sorted({f"\n  {k!r} ({'declared' if not k.opaque else 'plain'}): {MEANING[k.fn]}"
+                         for k in kernels if k.fn in MEANING})
+        return f"Program(sites={self.sites}, placements={self.placements}, sources [{srcs}]{outs}{''.join(legend)})"
+
+
+def _nodes_of(outs):
+    seen, stack, found = set(), list(outs), []
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        found.append(n)
+        stack.extend(n.children)
+    return found
+
+
+def _sources_of(outs):
+    found = {n.label: n for n in _nodes_of(outs) if not n.children}
+    return [found[name] for name in sorted(found)]
+
+
+# ---------------------------------------------------------------------------
+# the check
+
+
+def _describe(plan):
+    return "\n".join(repr(o) for o in plan.outputs)
+
+
+def same_tuples(got, want, what):
+    assert sorted(got) == sorted(want), f"{what}: keys {sorted(got)} != {sorted(want)}"
+    for key in want:
+        g, w = np.asarray(got[key]), np.asarray(want[key])
+        assert g.shape == w.shape, f"{what}: chunk {key} has shape {g.shape}, want {w.shape}"
+        assert np.allclose(g, w, equal_nan=True), f"{what}: chunk {key} differs:\n{g}\nwant\n{w}"
+
+
+def check_every_plan(expr, sites, placements=None, want=None):
+    """Every plan td.optimize considers simulates to td.evaluate's result and moves
+    exactly the floats its cost predicts."""
+    if want is None:
+        want = td.evaluate(expr, check=False)
+    plan = td.optimize(expr, sites=sites, placements=placements)
+    outs = expr if isinstance(expr, tuple) else (expr,)
+    wants = want if isinstance(expr, tuple) else (want,)
+    for i, p in enumerate([plan, *plan.alternatives]):
+        sim = td.simulate(p)
+        got = sim.result if isinstance(expr, tuple) else (sim.result,)
+        assert len(got) == len(outs)
+        what = "chosen plan" if i == 0 else f"alternative {i}"
+        for j, (g, w) in enumerate(zip(got, wants)):
+            same_tuples(g, w, f"{what}, output {j}, {sites} sites:\n{_describe(p)}\n")
+        assert p.cost.floats_moved == sim.floats_moved, (
+            f"{what}, {sites} sites: predicted {p.cost.floats_moved} floats moved, simulated "
+            f"{sim.floats_moved}:\n{_describe(p)}")
+    return plan
+
+
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
+@given(programs())
+def test_every_optimized_plan_simulates_to_the_reference(prog):
+    RUN["examples"] += 1
+    outs, sites, placements = prog
+    try:
+        check_every_plan(outs, sites, placements)
+    except AssertionError as e:
+        if "first failure" not in RUN:
+            RUN["first failure"] = RUN["examples"]
+            print(f"test_soundness: first failure at example #{RUN['examples']}", file=sys.stderr, flush=True)
+        raise AssertionError(f"{e}\n(the first failing example was #{RUN['first failure']} of this run)") from None
+
+
+RUN = {"examples": 0}  # examples run by the property test (shrinking included), first failure
+
+
+# ---------------------------------------------------------------------------
+# regressions: the two bugs this property found first
+
+
+def add(a, b):
+    """A user's module-level function that happens to be called ``add`` (its
+    ``__qualname__`` is "add") but computes a maximum: not the registered ``add``."""
+    return np.maximum(a, b)
+
+
+def _bug1_expr():
+    rng = np.random.default_rng(0)
+    u, v = rng.normal(size=(8, 1)), rng.normal(size=(1, 8))
+    j = td.join(td.from_numpy(u, (4, 1)), td.from_numpy(v, (1, 4)), (1,), (0,), "add")
+    return td.transform(j, "row_sum")
+
+
+@pytest.mark.parametrize("sites", [1, 2, 4])
+def test_row_sum_is_not_pushed_into_a_broadcasting_join(sites):
+    # R1-7's premap form: row_sum(a + b) != row_sum(a) + row_sum(b) when a is (4, 1)
+    # and b is (1, 4) -- the law holds for equal shapes only
+    e = _bug1_expr()
+    check_every_plan(e, sites)
+
+
+@pytest.mark.parametrize("sites", [1, 2, 3, 5])
+def test_a_plain_callable_named_add_is_not_the_registered_add(sites):
+    # a callable named "add" computing a maximum: R1-4 must not move row_sum through it
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(6, 6)), rng.normal(size=(6, 6))
+    A, B = td.from_numpy(a, (2, 2), name="A"), td.from_numpy(b, (2, 2), name="B")
+    e = td.transform(td.aggregate(A, (0,), add), "row_sum")
+    want = td.evaluate(e)
+    np.testing.assert_allclose(td.to_numpy(e), np.maximum.reduce([a[:, 0:2], a[:, 2:4], a[:, 4:6]]).sum(1, keepdims=True))
+    check_every_plan(e, sites, want=want)
+    # nor neg, nor push either into a join through R1-7's premap form; and all of it as
+    # several outputs sharing the aggregate
+    n = td.transform(td.aggregate(A, (0,), add), "neg")
+    j = td.transform(td.join(A, B, (0, 1), (0, 1), add), "row_sum")
+    k = td.transform(td.join(A, B, (0,), (0,), add), "neg")
+    for expr in (n, j, k, (e, n, j, td.aggregate(A, (0,), add))):
+        check_every_plan(expr, sites)
+
+
+def test_the_generator_makes_mostly_valid_programs():
+    """Most operators the generator tries are valid TRA (the others raise and are
+    drawn again), and no program ends up without an operator."""
+    before = dict(STATS)
+
+    @settings(max_examples=40, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(programs())
+    def generate(prog):
+        pass
+
+    generate()
+    attempts, invalid = STATS["attempts"] - before["attempts"], STATS["invalid"] - before["invalid"]
+    assert attempts > 40 and invalid <= 0.3 * attempts, STATS
+    assert STATS["rejected"] == before["rejected"], STATS

@@ -1,0 +1,219 @@
+"""physical.work is THE derivation of a plan's work: the cost model counts its tasks,
+the lowering emits them.  For every program of the repertoire, on 1, 2, 3 and 5
+sites, compiled and optimized: predicted tasks == lowered tasks (per node and in
+all), and the arrays that cross sites in the lowered graph are exactly work's
+transfers, whose bytes are the exact cost model's.  No cluster: the lowering needs
+only worker address strings."""
+
+import numpy as np
+import pytest
+
+import tra_dask as td
+from tra_dask.keys import insert_dim, k0, k1
+from tra_dask.logical.sources import ClusterSource
+from tra_dask.lowering import lower
+from tra_dask.physical import (Broadcast, LocalAggregate, LocalJoin, Part, PSource, Shuffle, node_work,
+                               plan_work)
+from tra_dask.programs import ffnn_forward, ffnn_sgd_step, matmul, nearest_neighbor, random_uniform
+
+from helpers import PAPER_A, PAPER_B
+
+rng = np.random.default_rng(5)
+RA = td.from_numpy(PAPER_A, (2, 2), name="R_A")
+RB = td.from_chunks({(0,): PAPER_B[:, :4], (1,): PAPER_B[:, 4:]}, name="R_B")
+A = td.from_numpy(rng.normal(size=(7, 5)), (3, 2), name="A")
+B = td.from_numpy(rng.normal(size=(5, 6)), (2, 4), name="B")
+M = td.from_numpy(rng.normal(size=(8, 8)), 2, name="M")
+V = td.from_numpy(rng.normal(size=(2, 8)), (2, 4), name="V")
+W = td.from_numpy(rng.normal(size=(6, 3)), (4, 2), name="W")
+F1 = random_uniform((10, 6), (4, 3), seed=1, name="F1")
+F2 = random_uniform((6, 4), (3, 2), seed=2, name="F2")
+
+# the README's example
+_a, _b = np.random.default_rng(0).random((1000, 700)), np.random.default_rng(1).random((700, 500))
+RA_ME = td.from_numpy(_a, chunks=(256, 256), name="A")
+RB_ME = td.from_numpy(_b, chunks=(256, 128), name="B")
+README = td.aggregate(td.join(RA_ME, RB_ME, left_on=(1,), right_on=(0,), kernel="matmul"), group_by=(0, 2), kernel="add")
+
+_x, _y = rng.normal(size=(6, 6)), rng.normal(size=(6, 6))
+X6, Y6 = td.from_numpy(_x, 3, name="X6"), td.from_numpy(_y, 3, name="Y6")
+_xs, _ys = rng.normal(size=(5, 7)), rng.normal(size=(7, 4))
+XS, YS = td.from_numpy(_xs, (2, 3), name="XS"), td.from_numpy(_ys, (3, 2), name="YS")
+
+_n = rng.normal
+SGD = ffnn_sgd_step(td.from_numpy(_n(size=(8, 6)), (4, 3), name="X"),
+                    td.from_numpy(np.eye(4)[rng.integers(0, 4, 8)], (4, 2), name="Y"),
+                    td.from_numpy(_n(size=(6, 6)), 3, name="W1"), td.from_numpy(_n(size=(6, 4)), (3, 2), name="W2"), 0.1)
+
+PROGRAMS = {
+    # the suite's programs, small
+    "matmul": matmul(A, B),
+    "matmul from_function": matmul(F1, F2),
+    "nearest neighbour": nearest_neighbor(td.from_numpy(_n(size=6), 4), td.from_numpy(_n(size=(11, 6)), (3, 4)),
+                                          td.from_numpy(np.eye(6) * 2 + 0.1, 4)),
+    "nearest neighbour 1xD query": nearest_neighbor(td.from_numpy(_n(size=(1, 8)), 2), M, td.from_numpy(np.eye(8), 2)),
+    "ffnn forward": ffnn_forward(A, B, W),
+    "ffnn sgd step (two outputs)": SGD,
+    "README example": README,
+    # the paper's examples
+    "aggregate by (1,)": td.aggregate(RA, (1,), "add"),
+    "aggregate by ()": td.aggregate(RA, (), "add"),
+    "join 010": td.join(RA, RA, (1,), (0,), "matmul"),
+    "A x A": td.aggregate(td.join(RA, RA, (1,), (0,), "matmul"), (0, 2), "add"),
+    "tile then rekey": td.rekey(td.tile(RB, 1, 2), 2 * k0 + k1),
+    "concat of tile": td.concat(td.tile(RB, 1, 2), 1, 1),
+    "concat of tile, groups of one chunk": td.concat(td.tile(M, 1, 2), 2, 1),
+    "concat of tile size 1": td.concat(td.tile(M, 1, 1), 2, 1),
+    "concat over key dim 0": td.concat(A, 0, 0),
+    "tile then rekey 2k1+k2": td.rekey(td.tile(V, 1, 2), (k0, 2 * k1 + td.k[2])),
+    "diagonal": td.transform(td.rekey(td.filter(RA, k0 == k1), k0), "diag"),
+    "diag of sum": td.transform(td.rekey(td.filter(td.join(X6, Y6, (0, 1), (0, 1), "add"), k0 == k1), k0), "diag"),
+    "insert_dim duplicate": td.rekey(RA, insert_dim(2, 2)),
+    "insert_dim then aggregate": td.aggregate(td.rekey(M, insert_dim(1, 3)), (2, 0), "add"),
+    "replication matmul": td.aggregate(td.join(td.rekey(XS, insert_dim(2, YS.frontier[1])),
+                                               td.rekey(YS, insert_dim(0, XS.frontier[0])),
+                                               (0, 1, 2), (0, 1, 2), "matmul"), (0, 2), "add"),
+    "filter": td.filter(A, k0 < 2),
+    "filter then transform": td.transform(td.filter(M, k0 + k1 < 3), "relu"),
+    "rekey transpose": td.transform(td.rekey(A, (k1, k0)), "transpose"),
+    "transform": td.transform(A, "relu"),
+    "join cross product": td.join(td.from_numpy(np.arange(3.0), 1), td.from_numpy(np.arange(4.0), 2), (), (), "mul"),
+    # several outputs sharing work
+    "several outputs, shared": (matmul(A, B), td.transform(matmul(A, B), "neg"), td.aggregate(M, (), "add")),
+    "several outputs, dict": {"c": matmul(A, B), "t": td.concat(td.tile(M, 1, 2), 2, 1)},
+}
+
+SITES = [1, 2, 3, 5]
+
+
+def _workers(s):
+    return [f"tcp://127.0.0.1:{9000 + i}" for i in range(s)]
+
+
+def _plan(how, expr, sites):
+    return td.compile(expr, sites) if how == "compile" else td.optimize(expr, sites)
+
+
+def _check(plan):
+    workers = _workers(plan.sites)
+    lo = lower(plan, workers, "tok")
+    work = lo.work
+
+    # tasks: predicted == lowered, in all and per node
+    assert plan.cost.tasks == lo.ntasks == work.ntasks
+    by_node = {}
+    for layer in lo.layers.values():
+        for key in layer:
+            by_node[key[0]] = by_node.get(key[0], 0) + 1
+    for i, n in enumerate(work.order):
+        assert by_node.get(f"{n._op}-{i}-tok", 0) == plan.cost.nodes[n].tasks == work[n].ntasks, (i, n._op)
+
+    # every task runs where work says, on its inputs' keys
+    site_of = {w: s for s, w in enumerate(workers)}
+    scattered = {k for d in lo.scatter.values() for k in d}
+    known = lo.graph_keys() | scattered
+    for n in work.order:
+        if isinstance(n, PSource) and isinstance(n.source, ClusterSource):
+            known |= {k for _, k in n.source.dask_keys}
+    for layer_worker, layer in lo.layers.items():
+        for key, task in layer.items():
+            assert lo.planned[key] == layer_worker
+            assert task.dependencies <= known
+    for i, n in enumerate(work.order):
+        w = work[n]
+        for t, x in enumerate(work.tasks(n)):
+            key = (f"{n._op}-{i}-tok", x.tuple)
+            if w.kind == "scatter":
+                assert key in lo.scatter[workers[x.site]]
+            else:
+                assert lo.planned[key] == workers[x.site] and key in lo.layers[workers[x.site]]
+
+    # transfers: the cross-site edges of the lowered graph are work's transfers, once each
+    where = {**{k: w for w, d in lo.layers.items() for k in d}, **{k: w for w, d in lo.scatter.items() for k in d}}
+    for n in work.order:
+        if isinstance(n, PSource) and isinstance(n.source, ClusterSource):
+            lay, rows = n.layout, n.type.key_list()
+            keys = dict(n.source.dask_keys)
+            where.update({keys[rows[r]]: workers[s] for r, s in zip(lay.rows.tolist(), lay.sites.tolist())})
+    graph_moves = {(dep, site_of[w]) for w, layer in lo.layers.items() for task in layer.values()
+                   for dep in task.dependencies if where[dep] != w}
+    work_moves = set()
+    for x in work.transfers:
+        src_key = lo.node_keys[x.node.input][int(work[x.node].in_tuple[x.task])]
+        assert site_of[where[src_key]] == x.src != x.dest
+        work_moves.add((src_key, x.dest))
+    assert len(work_moves) == len(work.transfers)
+    assert graph_moves == work_moves == {(k, s) for k, s in lo.moves}
+    assert work.bytes_moved == plan.cost.bytes_moved
+    assert work.floats_moved == plan.cost.floats_moved
+    return lo
+
+
+@pytest.mark.parametrize("how", ["compile", "optimize"])
+@pytest.mark.parametrize("sites", SITES)
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_predicted_tasks_and_moves_are_the_lowered_ones(name, sites, how):
+    _check(_plan(how, PROGRAMS[name], sites))
+
+
+@pytest.mark.parametrize("sites", SITES)
+@pytest.mark.parametrize("how", ["compile", "optimize"])
+def test_resident_cluster_chunks_are_neither_tasks_nor_scattered(sites, how):
+    t = M.type
+    R = ClusterSource(tuple((k, f"resident-{k[0]}-{k[1]}") for k in t.key_list()), t, "R", fetch=lambda k: None)
+    where = {k: (k[0] + k[1]) % sites for k in t.key_list()}
+    expr = matmul(R, td.from_numpy(rng.normal(size=(8, 4)), 2, name="Q"))
+    plan = td.compile(expr, sites, placements={R: where}) if how == "compile" else \
+        td.optimize(expr, sites, placements={R: where})
+    lo = _check(plan)
+    src = next(n for n in plan.nodes if isinstance(n, PSource) and n.source is R)
+    assert plan.cost.nodes[src].tasks == 0 and lo.work[src].resident
+
+
+def test_concat_over_groups_of_one_chunk_is_an_alias():
+    # tile size 2 on 2-wide chunks: every group of the concat holds one chunk, which is the result
+    expr = td.concat(td.tile(M, 1, 2), 2, 1)
+    plan = td.compile(expr, 2)
+    agg = plan.outputs[0]
+    assert isinstance(agg, LocalAggregate)
+    w = plan_work(plan)[agg]
+    assert w.ntasks == 0 and (w.alias >= 0).all()
+    lo = lower(plan, _workers(2), "tok")
+    assert set(lo.outputs[0].values()) <= set(lo.node_keys[agg.input])  # the (shuffled) tiles themselves
+    assert not any(k[0].startswith("LocalAggregate") for layer in lo.layers.values() for k in layer)
+    # and concat groups of two are one task each, in key_dim order
+    plan = td.compile(td.concat(td.tile(M, 1, 1), 2, 1), 2)
+    w = plan_work(plan)[plan.outputs[0]]
+    assert w.kind == "concat" and w.ntasks == M.ntuples
+    tile_node = plan.outputs[0].input.input
+    tkeys = tile_node.type.keys[tile_node.layout.rows]
+    for x in w.tasks():
+        assert [tkeys[i][-1] for _, i in x.inputs] == [0, 1]
+
+
+def test_an_array_moved_to_a_site_twice_travels_once():
+    # a Broadcast and a Shuffle of one source both send some chunks to the same site:
+    # the later one (in plan order) reads the earlier one's copy there
+    S = td.from_numpy(rng.normal(size=(4, 4)), 2, name="S")
+    T = td.from_numpy(rng.normal(size=(4, 4)), 2, name="T")
+    src, tsrc = PSource(S, Part((0,), 2)), PSource(T, Part((0,), 2))
+    j1 = LocalJoin(Broadcast(src), tsrc, (1,), (0,), td.kernels.get_kernel("matmul"))
+    j2 = LocalJoin(Shuffle(src, (1,)), Shuffle(tsrc, (1,)), (1,), (1,), td.kernels.get_kernel("add"))
+    plan = td.Plan((j1, j2))
+    work = plan_work(plan)
+    assert work.via  # some transfer task reads an earlier copy
+    for (n, t), (fn, ft) in work.via.items():
+        assert work[n].task_site[t] == work[fn].task_site[ft] and work[n].task_array[t] == work[fn].task_array[ft]
+        assert work.order.index(fn) < work.order.index(n)
+    assert "copy" in {x.kind for n in work.order for x in work.tasks(n)}
+    _check(plan)
+
+
+def test_node_work_alone_counts_what_the_cost_model_counts():
+    plan = td.compile(SGD, 3)
+    need = plan_work(plan).need
+    for n in plan.nodes:
+        assert node_work(n, need[n]).ntasks == plan.cost.nodes[n].tasks
+    # without a demand every tuple is needed
+    src = next(n for n in plan.nodes if isinstance(n, Shuffle))
+    assert node_work(src).ntasks == len(np.unique(src.layout.origin[src.layout.moved]))
