@@ -35,7 +35,14 @@ def test_default_beam_finds_what_an_unbounded_beam_finds(kind, sites):
     unbounded) finds nothing better."""
     expr = _program(kind, np.random.default_rng(sites))
     obj = FewestBytes()
-    assert obj(td.optimize(expr, sites=sites).cost) == obj(td.optimize(expr, sites=sites, beam=10**6).cost)
+    default, wide = obj(td.optimize(expr, sites=sites).cost), obj(td.optimize(expr, sites=sites, beam=10**6).cost)
+    if kind == "ffnn":
+        # two outputs sharing the forward pass: per-output ranking does not see which
+        # candidates share nodes, so a wider beam can crowd out the candidate that
+        # shares best (README: known limitation) — the default is never the worse one
+        assert default <= wide
+    else:
+        assert default == wide
 
 
 def _program(kind, rng):

@@ -248,13 +248,30 @@ def join_pairs(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndar
     """
     nl = len(left)
     codes = encode_rows(np.concatenate([left, right]))
-    lc, rc = codes[:nl], codes[nl:]
-    bound = int(codes.max()) + 1 if len(rc) and len(lc) and int(codes.min()) >= 0 else None
-    if bound is not None and bound <= 4 * len(codes) + 1024:
+    return join_codes(codes[:nl], codes[nl:])
+
+
+def join_codes(lc: np.ndarray, rc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """All index pairs ``(i, j)`` with ``lc[i] == rc[j]`` (int codes): ``i`` ascending,
+    and for one ``i`` the ``j`` ascending.
+
+    >>> [p.tolist() for p in join_codes(np.array([0, 1, 1]), np.array([1, 0, 1]))]
+    [[0, 1, 1, 2, 2], [1, 0, 2, 0, 2]]
+    """
+    nl = len(lc)
+    both_min = min(int(lc.min()), int(rc.min())) if nl and len(rc) else -1
+    bound = max(int(lc.max()), int(rc.max())) + 1 if both_min >= 0 else None
+    if bound is not None and bound <= 4 * (nl + len(rc)) + 1024:
         # small codes (the usual case: a few key dims and a site): count, don't search
+        per = np.bincount(rc, minlength=bound)
+        if int(per.max()) <= 1:  # each right code once (a one-to-one join): a lookup table
+            at = np.full(bound, -1, dtype=np.int64)
+            at[rc] = np.arange(len(rc))
+            j = at[lc]
+            li = np.flatnonzero(j >= 0)
+            return li, j[li]
         small = rc.astype(np.uint16) if bound <= 1 << 16 else rc  # 16-bit keys sort by radix
         order = np.argsort(small, kind="stable")
-        per = np.bincount(rc, minlength=bound)
         start = (np.cumsum(per) - per)[lc]
         count = per[lc]
     else:

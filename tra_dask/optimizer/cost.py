@@ -218,10 +218,12 @@ def _node_cost_memo(node: PNode, model: str, need: dict) -> NodeCost:
     return hit
 
 
-def plan_cost(outputs, model: str = "exact") -> Cost:
-    """Cost of the plan whose results are ``outputs`` (shared nodes counted once)."""
+def plan_cost(outputs, model: str = "exact", *, whole: bool = False) -> Cost:
+    """Cost of the plan whose results are ``outputs`` (shared nodes counted once).
+    ``whole``: the cost of delivering every tuple of the outputs (the search's cost
+    of a subplan), not one copy of each key (a result)."""
     nodes = toposort(outputs)
-    need = demand(outputs)
+    need = demand(outputs, whole=whole)
     per = {n: _node_cost_memo(n, model, need) for n in nodes}
     if model == "exact":
         per = _one_transfer_per_array_and_site(nodes, need, per)

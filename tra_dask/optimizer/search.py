@@ -37,6 +37,7 @@ terminates: the closure per node is bounded in rounds and by the budget.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 from dataclasses import dataclass, field
 
@@ -44,7 +45,7 @@ import numpy as np
 
 from ..node import toposort
 from ..physical import Broadcast, Part, PlacementError, PNode, PSource, Shuffle
-from .cost import Cost, node_cost, plan_cost
+from .cost import Cost, plan_cost
 from .objective import FewestBytes, Objective
 
 __all__ = ["search", "SearchResult", "objective", "delivered_cost"]
@@ -67,11 +68,16 @@ def objective(cost: Cost, memory_limit: float | None) -> tuple:
 
 
 def _signature(node: PNode) -> bytes:
-    lay = node.layout
-    order = np.lexsort((lay.sites, lay.rows))
-    sig = lay.rows[order].tobytes() + lay.sites[order].tobytes() + bytes([lay.partial])
-    if isinstance(node, (Broadcast, Shuffle)):  # what the enforcer moves matters to a rule above
-        sig += b"|" + _signature(node.input)
+    """The placement a candidate delivers: its exact layout (which key on which
+    site, partial or not) and, for a move, what it moves.  Memoised on the node."""
+    sig = node.__dict__.get("_placement_signature")
+    if sig is None:
+        lay = node.layout
+        codes = np.sort(lay.rows.astype(np.int64) * lay.nsites + lay.sites)
+        sig = hashlib.blake2b(codes.tobytes() + bytes([lay.partial]), digest_size=16).digest()
+        if isinstance(node, (Broadcast, Shuffle)):  # what the enforcer moves matters to a rule above
+            sig += _signature(node.input)
+        object.__setattr__(node, "_placement_signature", sig)
     return sig
 
 
@@ -94,11 +100,19 @@ class _Budget:
         return True
 
 
-def _rewrites(node: PNode, rules, budget: _Budget, depth: int):
+def _rewrites(node: PNode, rules, budget: _Budget, depth: int, memo: dict | None = None):
     """Rules applied at ``node`` and, to ``depth`` levels, at its descendants; each
-    plan a rule yields costs one unit of budget."""
+    plan a rule yields costs one unit of budget.  ``memo`` keeps what each rule
+    yielded for a node (rules are pure): the search meets one node again as a child
+    of many candidates."""
     for rule in rules:
-        for alt in rule(node):
+        if memo is None:
+            alts = rule(node)
+        else:
+            alts = memo.get((rule, node))
+            if alts is None:
+                alts = memo[(rule, node)] = tuple(rule(node))
+        for alt in alts:
             if not budget.take():
                 return
             yield alt
@@ -107,7 +121,7 @@ def _rewrites(node: PNode, rules, budget: _Budget, depth: int):
     for i, child in enumerate(node.children):
         if isinstance(child, PSource):
             continue
-        for alt in _rewrites(child, rules, budget, depth - 1):
+        for alt in _rewrites(child, rules, budget, depth - 1, memo):
             kids = list(node.children)
             kids[i] = alt
             try:
@@ -127,36 +141,21 @@ def _source_candidates(node: PSource) -> list[PNode]:
 
 
 class _Delivered:
-    """Costs of candidate subplans that deliver every tuple of their layout, as sums
-    of per-node costs memoised per node (so costing a candidate computes only its
-    new nodes)."""
+    """Costs of candidate subplans that deliver every tuple of their layout: the
+    root's tuples are all needed, and below it only what they are made from
+    (demand), so a broadcast under a join counts the copies the join reads.  Node
+    costs are memoised on (node, demand), so costing a candidate computes only what
+    is new."""
 
     def __init__(self, model: str):
         self.model = model
-        self.nodes: dict = {}
         self.plans: dict = {}
 
     def __call__(self, root: PNode) -> Cost:
         hit = self.plans.get(root)
-        if hit is not None:
-            return hit
-        nodes = toposort([root])
-        per = {}
-        for n in nodes:
-            c = self.nodes.get(n)
-            if c is None:
-                c = self.nodes[n] = node_cost(n, self.model)
-            per[n] = c
-        out = Cost(
-            self.model, root.nsites,
-            sum(c.floats_moved for c in per.values()),
-            sum(c.bytes_moved for c in per.values()),
-            np.max([c.peak_bytes_per_site for c in per.values()], axis=0),
-            np.sum([c.flops_per_site for c in per.values()], axis=0),
-            per,
-        )
-        self.plans[root] = out
-        return out
+        if hit is None:
+            hit = self.plans[root] = plan_cost([root], self.model, whole=True)
+        return hit
 
 
 def delivered_cost(root: PNode, model: str = "exact") -> Cost:
@@ -178,6 +177,7 @@ def search(outputs, rules, *, model: str = "exact", objective: Objective | None 
     obj = objective if objective is not None else FewestBytes(memory_limit)
     b = _Budget(int(budget))
     delivered = _Delivered(model)
+    memo: dict = {}
     alts: dict = {}
     ranked_all: dict = {}
     ncand = 0
@@ -202,7 +202,7 @@ def search(outputs, rules, *, model: str = "exact", objective: Objective | None 
         for _ in range(rounds):
             new = []
             for cand in frontier:
-                for alt in _rewrites(cand, rules, b, depth=1):
+                for alt in _rewrites(cand, rules, b, depth=1, memo=memo):
                     if alt.layout.partial != partial:
                         continue  # a partial fold is not the same relation as a finished one
                     if alt.type != node.type:  # a rule may only yield the same relation

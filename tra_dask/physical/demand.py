@@ -24,12 +24,17 @@ def result_copies(lay: Layout, nkeys: int) -> np.ndarray:
     return _first_copy(lay, nkeys)
 
 
-def demand(outputs) -> dict:
-    """``{node: bool mask over node.layout's tuples}`` for every node of the plan."""
+def demand(outputs, *, whole: bool = False) -> dict:
+    """``{node: bool mask over node.layout's tuples}`` for every node of the plan.
+    ``whole``: every tuple of the outputs is needed (a subplan whose consumer reads
+    all it delivers), not one copy of each key."""
     order = toposort(outputs)
     need = {n: np.zeros(n.layout.ntuples, dtype=bool) for n in order}
     for o in outputs:
-        need[o][result_copies(o.layout, o.type.ntuples)] = True
+        if whole:
+            need[o][:] = True
+        else:
+            need[o][result_copies(o.layout, o.type.ntuples)] = True
     for n in reversed(order):
         m = need[n]
         lin = n.layout.lineage

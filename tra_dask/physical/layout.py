@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..types import RelationType, _sorting_permutation, join_pairs, unique, unique_inverse
+from ..types import RelationType, _sorting_permutation, encode_rows, join_codes, join_pairs, unique, unique_inverse
 from .placement import site_function
 
 __all__ = ["Layout", "PlacementError"]
@@ -194,9 +194,7 @@ def join_layout(L: Layout, Lt: RelationType, R: Layout, Rt: RelationType, lo, ro
             f"{where}: {side} holds partial aggregates; finish them (Shuffle + LocalAggregate) "
             f"before a local join"
         )
-    lcols = np.concatenate([Lt.keys[:, list(lo)][L.rows], L.sites[:, None]], axis=1)
-    rcols = np.concatenate([Rt.keys[:, list(ro)][R.rows], R.sites[:, None]], axis=1)
-    lp, rp = join_pairs(lcols, rcols)
+    lp, rp = _local_pairs(L, Lt, R, Rt, lo, ro)
     rest = [d for d in range(Rt.arity) if d not in ro]
     rows = _join_rows(L.rows, lp, Lt, R.rows, rp, Rt, rest, out_t)
     met = np.zeros(out_t.ntuples, bool)
@@ -213,6 +211,22 @@ def join_layout(L: Layout, Lt: RelationType, R: Layout, Rt: RelationType, lo, ro
             f"Broadcast one side, or shuffle both on the join dims"
         )
     return Layout(L.nsites, rows, L.sites[lp], False, (lp, rp))
+
+
+def _local_pairs(L: Layout, Lt: RelationType, R: Layout, Rt: RelationType, lo, ro):
+    """Pairs of physical tuples that agree on the join dims and sit on one site.  The
+    join dims are coded once per key (the types are small), then per physical tuple
+    ``key code * sites + site``: no (tuples x dims) matrices."""
+    s = L.nsites
+    kcode = encode_rows(np.concatenate([Lt.keys[:, list(lo)], Rt.keys[:, list(ro)]]))
+    bound = int(kcode.max()) + 1 if len(kcode) else 0
+    if bound * s >= 2**62:  # too wide to pack with the site
+        lcols = np.concatenate([Lt.keys[:, list(lo)][L.rows], L.sites[:, None]], axis=1)
+        rcols = np.concatenate([Rt.keys[:, list(ro)][R.rows], R.sites[:, None]], axis=1)
+        return join_pairs(lcols, rcols)
+    lc = kcode[: Lt.ntuples][L.rows] * s + L.sites
+    rc = kcode[Lt.ntuples:][R.rows] * s + R.sites
+    return join_codes(lc, rc)
 
 
 def _join_rows(lrows, lp, Lt: RelationType, rrows, rp, Rt: RelationType, rest, out_t: RelationType) -> np.ndarray:

@@ -11,6 +11,7 @@ partial aggregate fed to a join) is rejected there, with the keys and sites name
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -59,6 +60,27 @@ class PNode(Node):
         """A description of the layout: All, Part(dims), an explicit map, or
         ``"partial"``/``"mixed"`` when none applies."""
         return _describe(self)
+
+
+_TYPES: "OrderedDict" = OrderedDict()
+
+
+def _typed(key: tuple, derive):
+    """A type rule's result memoised on its inputs' *type objects* (by identity) and
+    parameters: the search builds one logical join or aggregation under many
+    placements, and moves pass their input's type object through, so the same rule
+    would be derived again for every placement.  (A failing rule is not memoised:
+    it raises each time.)"""
+    ident = tuple(id(k) if isinstance(k, RelationType) else k for k in key)
+    hit = _TYPES.get(ident)
+    if hit is not None and all(a is b for a, b in zip(hit[0], key) if isinstance(a, RelationType)):
+        _TYPES.move_to_end(ident)
+        return hit[1]
+    t = derive()
+    _TYPES[ident] = (key, t)  # the key holds the input types alive, so their ids stay theirs
+    if len(_TYPES) > 4096:
+        _TYPES.popitem(last=False)
+    return t
 
 
 def _same_sites(where: str, *nodes: PNode) -> int:
@@ -191,7 +213,8 @@ class LocalJoin(PNode):
         return self.__dict__["_join_type"]
 
     def _infer_type(self):
-        t = join_type(self, strict_ranges=False)
+        t = _typed(("join", self.left.type, self.right.type, tuple(self.left_on), tuple(self.right_on), self.kernel),
+                   lambda: join_type(self, strict_ranges=False))
         object.__setattr__(self, "_join_type", t)
         if self.key_fn is None:
             return t
@@ -247,7 +270,7 @@ class LocalAggregate(PNode):
                     f"key dims {rest}, got {tuple(self.group_by)}"
                 )
             return t
-        return aggregate_type(self)
+        return _typed(("aggregate", self.input.type, tuple(self.group_by), self.kernel), lambda: aggregate_type(self))
 
     def _infer_layout(self):
         k = self.kernel
@@ -345,7 +368,7 @@ class LocalMap(PNode):
         return repr(self.op)
 
     def _infer_type(self):
-        return self.op.out_type(self.input)
+        return _typed(("map", self.input.type, self.op), lambda: self.op.out_type(self.input))
 
     def _infer_layout(self):
         lay = self.input.layout

@@ -78,14 +78,27 @@ def _below_moves(x: PNode) -> PNode:
     return x
 
 
+MAX_BROADCAST_TUPLES = 4_000_000
+
+
+class TooLargeToPlan(PlacementError):
+    """A rewrite whose layout would be too large to derive: it does not apply."""
+
+
 def broadcast(x: PNode) -> PNode:
     """``Broadcast(x)`` as the rules build it: R2-1 applied at once (of a chain of
     moves only the last counts, so a move over a move is never made) and no move of
     a relation already whole on every site (it would move nothing).  This keeps the
-    plan space finite."""
+    plan space finite.  A broadcast whose layout would hold more than
+    :data:`MAX_BROADCAST_TUPLES` physical tuples (tuples × sites: 1024 chunks to
+    4096 sites) is not offered: deriving it would cost gigabytes of planner memory,
+    and such a broadcast moves the relation ~s times, which a grid or a shuffle
+    beats at that scale."""
     x = _below_moves(x)
     if not x.layout.partial and x.layout.is_all(x.type):
         return x
+    if x.type.ntuples * x.nsites > MAX_BROADCAST_TUPLES:
+        raise TooLargeToPlan(f"broadcasting {x.type.ntuples} tuples to {x.nsites} sites")
     return Broadcast(x)
 
 

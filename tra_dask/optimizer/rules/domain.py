@@ -73,37 +73,47 @@ def match_contraction(node: PNode) -> Contraction | None:
     return Contraction(L, R, a, b, inner.kernel, k, tuple(gb))
 
 
-def bmm(node: PNode) -> Iterator[PNode]:
+def contraction_rule(build):
+    """A domain rule from ``build(contraction) -> plans``: it matches the contraction a
+    node computes (:func:`match_contraction`), and since its plans depend on nothing
+    else, builds them once per contraction (the search meets one contraction under
+    many placements of the moves above its inputs)."""
+    cached = functools.lru_cache(maxsize=32)(lambda c: tuple(build(c)))
+
+    @functools.wraps(build)
+    def rule(node: PNode) -> Iterator[PNode]:
+        c = match_contraction(node)
+        if c is not None:
+            yield from cached(c)
+
+    return rule
+
+
+@contraction_rule
+def bmm(c: Contraction) -> Iterator[PNode]:
     """Broadcast matrix multiply: broadcast the left or the right operand."""
-    c = match_contraction(node)
-    if c is None:
-        return
     for j in (lambda: LocalJoin(broadcast(c.left), c.right, (c.a,), (c.b,), c.kernel),
               lambda: LocalJoin(c.left, broadcast(c.right), (c.a,), (c.b,), c.kernel)):
         for join in attempt(j):
             yield from attempt(lambda: LocalAggregate(shuffle(join, c.group_by), c.group_by, c.agg))
 
 
-def cmm(node: PNode) -> Iterator[PNode]:
+@contraction_rule
+def cmm(c: Contraction) -> Iterator[PNode]:
     """Cross-product matrix multiply: co-partition on the contracted dim, pre-aggregate."""
-    c = match_contraction(node)
-    if c is None:
-        return
     for join in attempt(lambda: LocalJoin(shuffle(c.left, (c.a,)), shuffle(c.right, (c.b,)), (c.a,), (c.b,), c.kernel)):
         all_dims = tuple(range(len(c.group_by)))
         yield from attempt(lambda: LocalAggregate(
             shuffle(LocalAggregate(join, c.group_by, c.agg), all_dims), all_dims, c.agg))
 
 
-def rmm(node: PNode) -> Iterator[PNode]:
+@contraction_rule
+def rmm(c: Contraction) -> Iterator[PNode]:
     """Replication (3-D) matrix multiply, the paper's §5.2.2 plan: with the join's
     output key (l0, l1, r) — the left key, then the right's free dim — replicate the
     left along r (``insert_dim(2, J)``), the right along the left's free dim
     (``insert_dim(lf, I)`` after putting its key in (contracted, free) order), shuffle
     both on the free dims, join on all three dims, aggregate locally."""
-    c = match_contraction(node)
-    if c is None:
-        return
     lf, rf = 1 - c.a, 1 - c.b
     n_left_free, n_right_free = c.left.type.frontier[lf], c.right.type.frontier[rf]
     free = (lf, 2)
@@ -138,6 +148,31 @@ def site_grids(nsites: int, limits: tuple) -> list[tuple]:
     return out
 
 
+def _promising_grids(c: Contraction, s: int, extents: tuple, keep: int = 3) -> list[tuple]:
+    """The ``keep`` grids with the fewest words by the classic 3-D estimate — each
+    left chunk to the g_j sites of its grid row, each right chunk to g_i, each result
+    element's g_k partial sums folded onto one site — out of all :func:`site_grids`
+    (at 4096 sites there are dozens, and each is a plan over up to 10⁶ join tuples:
+    that is where planning time would go).  The estimate only orders the
+    candidates; the cost model chooses among the plans."""
+    lf, rf = 1 - c.a, 1 - c.b
+    A, B = float(c.left.type.nelements), float(c.right.type.nelements)
+    C = _array_extent(c.left.type, lf) * _array_extent(c.right.type, rf)
+
+    def words(g):
+        return A * (g[2] - 1) + B * (g[lf] - 1) + C * (g[c.a] - 1)
+
+    return sorted(site_grids(s, extents), key=words)[:keep]
+
+
+def _array_extent(t, dim: int) -> float:
+    """The array's extent along key dim ``dim`` of a 2-d chunked matrix: the chunk
+    extents along it, over one line of the key grid."""
+    other = 1 - dim
+    line = t.keys[:, other] == t.keys[:, other].min()
+    return float(sum(t.shapes[i][dim] for i in t.shape_ids[line]))
+
+
 def _placed(rel: PNode, placement) -> PNode:
     """A free source made where the plan wants it (the choice of a free source's
     placement, as :func:`place_free_source`); anything else as it is."""
@@ -148,7 +183,8 @@ def _placed(rel: PNode, placement) -> PNode:
     return rel
 
 
-def rmm_grid(node: PNode) -> Iterator[PNode]:
+@contraction_rule
+def rmm_grid(c: Contraction) -> Iterator[PNode]:
     """The 3-D multiply on a grid of sites (Agarwal et al.'s 3-D algorithm; the
     grid COSMA and CTF choose): the join's output key (i, k, j) — the left key, then
     the right's free dim — is mapped onto a g_i × g_k × g_j grid of sites (every
@@ -161,29 +197,17 @@ def rmm_grid(node: PNode) -> Iterator[PNode]:
     (the grid's k axis is spread by ``(i + j) mod g_k``) and folded again.  A free
     source is made on the grid cell that needs it.  (1 × s × 1 is CMM, s × 1 × 1
     with a whole right operand per site is BMM.)"""
-    c = match_contraction(node)
-    if c is not None:
-        yield from _grid_plans(c, node.nsites)
-
-
-@functools.lru_cache(maxsize=64)
-def _grid_plans(c: Contraction, s: int) -> tuple:
-    """rmm_grid's plans for one contraction (the search meets one contraction under
-    many candidate placements of its inputs' moves: built once)."""
-    return tuple(_build_grid_plans(c, s))
-
-
-def _build_grid_plans(c: Contraction, s: int) -> Iterator[PNode]:
     from ...physical import Grid
 
+    s = c.left.nsites
     lf, rf = 1 - c.a, 1 - c.b
     n_left_free, n_right_free = c.left.type.frontier[lf], c.right.type.frontier[rf]
     extents = [0, 0, n_right_free]
     extents[lf], extents[c.a] = n_left_free, c.left.type.frontier[c.a]
     dims3 = (0, 1, 2)
-    for g in site_grids(s, tuple(extents)):
-        if s == 1:
-            break
+    if s == 1:
+        return
+    for g in _promising_grids(c, s, tuple(extents)):
         left_axes = (0, 1, None)
         right_axes = tuple(None if t == lf else (c.b if t == c.a else rf) for t in dims3)
 

@@ -95,18 +95,20 @@ def r2_6_join_strategies(node: PNode) -> Iterator[PNode]:
     """R2-6. ⋈(B(L), R) ≡ ⋈(L, B(R)) ≡ ⋈(S_lo(L), S_ro(R)): broadcast either side,
     or co-partition both on the join keys.  We also co-partition on any non-empty
     subset of the paired join dims (tuples that join agree on all of them, so on any
-    subset too).  A side that is a replication map (``insert_dim``: one tuple becomes
-    several that share one array) is not broadcast: that moves exactly the arrays
-    broadcasting what it replicates moves (the plan R2-3 and the domain rules reach),
-    in a layout the replication factor larger — planning time for nothing."""
+    subset too).  A join of replicated relations (``insert_dim``: one tuple becomes
+    several that share one array — the 3-D multiply's join) is left to the domain
+    rule that made it, which chooses its grid of sites: broadcasting a replica moves
+    exactly the arrays broadcasting what it replicates moves (a plan R2-3 and BMM
+    reach) in a layout the replication factor larger, and co-partitioning replicas
+    on a subset of their dims is a coarser grid than the rule already offers."""
     if not isinstance(node, LocalJoin) or node.key_fn is not None:
         return
     L, R = _strip(node.left), _strip(node.right)
+    if _replicates(L) or _replicates(R):
+        return
     lo, ro, k = node.left_on, node.right_on, node.kernel
-    if not _replicates(L):
-        yield from attempt(lambda: LocalJoin(broadcast(L), R, lo, ro, k))
-    if not _replicates(R):
-        yield from attempt(lambda: LocalJoin(L, broadcast(R), lo, ro, k))
+    yield from attempt(lambda: LocalJoin(broadcast(L), R, lo, ro, k))
+    yield from attempt(lambda: LocalJoin(L, broadcast(R), lo, ro, k))
     pairs = list(zip(lo, ro))
     for n in range(len(pairs), 0, -1):
         for sub in combinations(pairs, n):
