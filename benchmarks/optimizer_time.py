@@ -58,7 +58,7 @@ def cases(quick: bool):
     # scales with H (DP for speech: 9.7e8 at 1e5; MP for XML: 1.0e7 at 1e3)
     for H, paper in ((100_000, 9.7e8), (150_000, 1.5e9), (200_000, 1.9e9)):
         for g in [(5, 2, 10, 1), (5, 4, 5, 1), (10, 2, 10, 2)]:
-            yield f"ffnn speech H={H:.0e} blocks {g}", 5, paper, lambda H=H, g=g: _ffnn(10_000, 1600, H, 10, g)
+            yield f"ffnn speech H={H:,} blocks {g}", 5, paper, lambda H=H, g=g: _ffnn(10_000, 1600, H, 10, g)
     for H, paper in ((1000, 1.0e7), (3000, 3.0e7), (5000, 5.0e7), (7000, 7.0e7)):
         for g in [(5, 10, 5, 5), (5, 5, 5, 5), (10, 10, 5, 10)]:
             yield f"ffnn xml H={H} blocks {g}", 5, paper, lambda H=H, g=g: _ffnn(1_000, 597_540, H, 14_588, g)

@@ -14,7 +14,7 @@ from tra_dask.optimizer.bounds import matmul_lower_bound
 from tra_dask.optimizer.cost import plan_cost
 from tra_dask.optimizer.objective import FewestBytes
 from tra_dask.optimizer.rules import RULES
-from tra_dask.physical import Grid, PSource
+from tra_dask.physical import Grid
 from tra_dask.programs import ffnn_sgd_step, matmul, nearest_neighbor
 
 

@@ -131,6 +131,11 @@ MAP_KERNELS = ["row_sum", "row_sum", "diag", "transpose", "neg", "neg", "relu", 
                td.kernels.scale(-2.0), USER_COL_SUM, USER_DOUBLE, PLAIN_ROW_SUM_IS_CUMSUM, PLAIN_EXP_IS_TRIPLE,
                USER_ROW_SUM_IS_DOUBLE]
 
+# after a join of chunks of different shapes: mostly the kernels whose laws hold for
+# equal shapes only
+BJOIN_MAP_KERNELS = ["row_sum", "row_sum", "diag", "diag", "transpose", "row_max", USER_COL_SUM, "neg",
+                     td.kernels.scale(-2.0)]
+
 # ---------------------------------------------------------------------------
 # random programs
 
@@ -254,7 +259,7 @@ def _one_op(draw, pool, op=None, kernel=None):
         # a unary kernel right after a join or an aggregation: what R1-4 and R1-7 rewrite.
         # Mostly the binary kernel is one the unary kernel declares a law for -- by that
         # name: the registered kernel, or a namesake that computes something else
-        m = draw(st.sampled_from(MAP_KERNELS), label="map kernel")
+        m = draw(st.sampled_from(BJOIN_MAP_KERNELS if op == "bjoin+map" else MAP_KERNELS), label="map kernel")
         laws = [n for n in _laws(m) if op != "aggregate+map" or n in AGGREGATABLE]
         if laws and draw(st.integers(0, 3)) > 0:
             name = draw(st.sampled_from(laws), label="law")
@@ -265,8 +270,11 @@ def _one_op(draw, pool, op=None, kernel=None):
     r = pool[-1] if draw(st.booleans()) else draw(st.sampled_from(pool), label="input")
     if op in ("join", "bjoin"):
         # the right input: mostly another relation (a self-join pairs equal chunks, which
-        # hides kernels that differ only on different arguments)
+        # hides kernels that differ only on different arguments); for bjoin, mostly one
+        # whose chunks have other shapes
         others = [p for p in pool if p is not r]
+        if op == "bjoin":
+            others = [p for p in others if set(p.type.shapes) != set(r.type.shapes)] or others
         s = draw(st.sampled_from(others if others and draw(st.integers(0, 3)) else pool), label="right input")
     if op == "bjoin":
         # joined on one key dim each: chunks of different shapes meet, e.g. (n, 1) and

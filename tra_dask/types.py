@@ -206,6 +206,25 @@ def _sorting_permutation(codes: np.ndarray):
     """Stable permutation sorting ``codes``; ``None`` when they already are sorted."""
     if len(codes) <= 1 or bool(np.all(codes[1:] >= codes[:-1])):
         return None
+    return stable_argsort(codes)
+
+
+def stable_argsort(codes: np.ndarray, lo: int | None = None, hi: int | None = None) -> np.ndarray:
+    """``np.argsort(codes, kind="stable")`` for ints, by one or two 16-bit radix passes
+    when the values span less than 2**32 (numpy radix-sorts 16-bit keys only; a
+    comparison sort of 10^6 int64 is about 3x slower).  ``lo``/``hi``: known bounds."""
+    n = len(codes)
+    if n < 1024 or codes.dtype.kind not in "iu":
+        return np.argsort(codes, kind="stable")
+    lo = int(codes.min()) if lo is None else lo
+    hi = int(codes.max()) if hi is None else hi
+    span = hi - lo
+    if span < 1 << 16:
+        return np.argsort((codes - lo).astype(np.uint16), kind="stable")
+    if span < 1 << 32:
+        c = codes - lo
+        order = np.argsort((c & 0xFFFF).astype(np.uint16), kind="stable")
+        return order[np.argsort((c[order] >> 16).astype(np.uint16), kind="stable")]
     return np.argsort(codes, kind="stable")
 
 
@@ -263,15 +282,17 @@ def join_codes(lc: np.ndarray, rc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     bound = max(int(lc.max()), int(rc.max())) + 1 if both_min >= 0 else None
     if bound is not None and bound <= 4 * (nl + len(rc)) + 1024:
         # small codes (the usual case: a few key dims and a site): count, don't search
-        per = np.bincount(rc, minlength=bound)
-        if int(per.max()) <= 1:  # each right code once (a one-to-one join): a lookup table
-            at = np.full(bound, -1, dtype=np.int64)
-            at[rc] = np.arange(len(rc))
+        nr = len(rc)
+        at = np.full(bound, -1, dtype=np.int32 if nr < 2**31 else np.int64)
+        at[rc] = np.arange(nr, dtype=at.dtype)  # a repeated code keeps its last position
+        if np.array_equal(at[rc], np.arange(nr, dtype=at.dtype)):
+            # each right code once (a one-to-one join): the table is the whole join
             j = at[lc]
             li = np.flatnonzero(j >= 0)
-            return li, j[li]
-        small = rc.astype(np.uint16) if bound <= 1 << 16 else rc  # 16-bit keys sort by radix
-        order = np.argsort(small, kind="stable")
+            return li, j[li].astype(np.intp)
+        del at
+        per = np.bincount(rc, minlength=bound)
+        order = stable_argsort(rc, 0, bound - 1)
         start = (np.cumsum(per) - per)[lc]
         count = per[lc]
     else:

@@ -104,7 +104,8 @@ def _floats_moved(node: PNode, model: str, need: np.ndarray) -> int:
     idx = np.flatnonzero(lay.moved & need)
     # one transfer per distinct (source object, destination): copies that share an
     # array (insert_dim, a pure rekey) travel once
-    idx = idx[_first_occurrences(lay.origin[idx])]
+    if not lay.origins_distinct():
+        idx = idx[_first_occurrences(lay.origin[idx])]
     return int(node.type.chunk_sizes[lay.rows[idx]].sum())
 
 
@@ -162,7 +163,10 @@ def _flops_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
 def _bytes_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
     lay, t = node.layout, node.type
     idx = np.flatnonzero(need)
-    idx = idx[_first_occurrences(lay.origin[idx])]  # a shared array is held once
+    if not lay.origins_distinct():
+        idx = idx[_first_occurrences(lay.origin[idx])]  # a shared array is held once
+    if len(t.shapes) == 1:  # one chunk size: count arrays per site
+        return np.bincount(lay.sites[idx], minlength=lay.nsites) * (int(t.shape_sizes[0]) * t.dtype.itemsize)
     w = t.chunk_sizes[lay.rows[idx]] * t.dtype.itemsize
     return np.bincount(lay.sites[idx], weights=w, minlength=lay.nsites).astype(np.int64)
 

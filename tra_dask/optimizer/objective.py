@@ -11,16 +11,17 @@ The default, :class:`FewestBytes`, is lexicographic:
 1. fits in memory (a plan over the limit loses to every plan within it; among plans
    over it, the smaller peak wins, so "no plan fits" can name the smallest peak);
 2. fewest floats moved under the plan's cost model, *plus the work of the busiest
-   site in floats*: its flops at an exchange rate (``flops_per_float``, default 1000:
-   moving one float takes a site about as long as a thousand flops — 8 bytes at
-   ~0.5-1 GB/s against ~10-50 GFLOP/s per worker), times the number of sites (the
-   floats moved are a total over all sites, which transfer side by side; while the
-   busiest site computes, every site could move that much).  Without it the bytes
-   objective rewards doing nothing in parallel: measured, a multiply on 8 sites
+   site in floats*: its flops at an exchange rate (``flops_per_float``, default
+   10⁴: a GPU-era node does ~10 TFLOP/s behind a ~10 GB/s link, ~10⁴ flops in the
+   time one float arrives; a CPU worker is nearer 10³), times the number of sites
+   (the floats moved are a total over all sites, which transfer side by side; while
+   the busiest site computes, every site could move that much).  Without it the
+   bytes objective rewards doing nothing in parallel: measured, a multiply on 8 sites
    whose result is one chunk "moves 0 floats" by running every product on one site.
-   With it imbalance costs what it leaves idle, no more: the common-large-dim
+   With it imbalance costs what it leaves idle and no more: the common-large-dim
    multiply on 3 sites (500×32000×500 in 4×4 blocks) picks the plan moving 3.8 MiB
-   at balance 1.5 (its idle work is worth ~60 MiB) over one moving 488 MiB at 1.0;
+   at balance 1.5 over one moving 488 MiB at 1.0, and every row of the paper's
+   matmul table, at every block grid tried, moves no more than the paper's best;
 3. then, as tie-breakers only, fewer floats moved, the busiest site's flops, fewer
    tasks and fewer physical tuples.
 
@@ -52,7 +53,7 @@ class FewestBytes:
 
     name = "bytes"
 
-    def __init__(self, memory_limit: float | None = None, flops_per_float: float = 1000.0):
+    def __init__(self, memory_limit: float | None = None, flops_per_float: float = 1e4):
         self.memory_limit = parse_memory_limit(memory_limit)
         if isinstance(flops_per_float, bool) or not isinstance(flops_per_float, (int, float)) or not (
                 flops_per_float > 0):

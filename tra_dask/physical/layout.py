@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..types import RelationType, _sorting_permutation, encode_rows, join_codes, join_pairs, unique, unique_inverse
-from .placement import site_function
 
 __all__ = ["Layout", "PlacementError"]
 
@@ -74,6 +73,20 @@ class Layout:
         return not self.partial and self.ntuples == t.ntuples * self.nsites and len(
             unique(self.rows * self.nsites + self.sites)
         ) == self.ntuples
+
+    def origins_distinct(self) -> bool:
+        """Whether every tuple holds its own array (no two share an origin): then
+        deduplicating moves or held bytes by array is a no-op.  Computed once."""
+        v = self.__dict__.get("_origins_distinct")
+        if v is None:
+            n = self.ntuples
+            if n <= 1:
+                v = True
+            else:
+                lo, hi = int(self.origin.min()), int(self.origin.max())
+                v = hi - lo + 1 >= n and len(unique(self.origin - lo, bound=hi - lo + 1)) == n
+            object.__setattr__(self, "_origins_distinct", v)
+        return v
 
     def single_copy(self) -> bool:
         return len(unique(self.rows)) == len(self.rows)

@@ -20,7 +20,6 @@ import numpy as np
 from ..kernels import array_module
 from ..node import toposort
 from .nodes import Broadcast, ConcatAgg, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PNode, PSource, Shuffle, TileMap
-from .placement import site_function
 
 __all__ = ["simulate", "SimResult"]
 

@@ -231,9 +231,10 @@ def rmm_grid(c: Contraction) -> Iterator[PNode]:
 def place_free_source(node: PNode) -> Iterator[PNode]:
     """The choice of a free source's initial placement: a source whose chunks are
     made on the workers (``from_function``, scattered ``from_numpy``) costs the same
-    to make on any site, so ``Shuffle_d(source)`` ≡ the source made partitioned on d
-    (balanced ``Part(d)``; never everything on one site: d must be non-empty)."""
-    from ...physical import Part, PSource
+    to make on any site, so ``Shuffle_d(source)`` ≡ the source made where the
+    shuffle would put it (balanced ``Part(d)`` or the shuffle's grid; never
+    everything on one site: d must be non-empty)."""
+    from ...physical import PSource
 
     if isinstance(node, Shuffle) and isinstance(node.input, PSource) and node.input.free and node.dims:
         src = node.input
