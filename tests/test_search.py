@@ -220,3 +220,16 @@ def test_budget_cut_short_says_so():
     plan = td.optimize(matmul(A, B), sites=4, budget=5)
     assert plan.search.truncated and "budget exhausted" in plan.explain()
     assert plan.search.rewrites == 5
+
+
+def test_equal_nodes_built_apart_are_one_set_of_arrays():
+    """Found by the soundness test: a source reached along two paths (a filter that
+    keeps everything, and directly) was two structurally equal nodes with different
+    array ids, so two shuffles of the same chunks to the same sites were predicted as
+    two transfers where the simulator (and Dask) make one."""
+    S = td.from_numpy(np.random.default_rng(0).random((2, 2)), (1, 1), name="S0")
+    e = td.transform(td.join(td.filter(S, k0 == k0), S, (0, 1), (0, 1), "mul"), "row_sum")
+    for sites in (2, 3):
+        plan = td.optimize(e, sites=sites)
+        for p in [plan] + plan.alternatives:
+            assert td.simulate(p).floats_moved == p.cost.floats_moved

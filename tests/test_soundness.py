@@ -65,6 +65,7 @@ PLAIN_AXPY = _named("axpy", lambda a, b: 2.0 * a + b)
 PLAIN_SUM = _named("plain_sum", lambda a, b: a + b)
 PLAIN_FLIP = _named("flip_rows", lambda x: x[::-1].copy())
 PLAIN_SQUARE = _named("square", lambda x: x * x)
+PLAIN_SAME = _named("same", lambda x: x, "plain callable returning its input array")  # as the registered identity
 
 
 def _max_fn(a, b):
@@ -116,7 +117,7 @@ UNARY_KERNELS = ["row_sum", "diag", "transpose", "relu", "exp", "neg", "row_max"
                  "row_sum", "diag", "transpose", "row_max", "neg",
                  td.kernels.scale(0.5), td.kernels.scale(-2.0),
                  PLAIN_ROW_SUM_IS_CUMSUM, PLAIN_EXP_IS_TRIPLE, PLAIN_RELU_IS_ABS, PLAIN_DIAG_IS_TRIU,
-                 PLAIN_TRANSPOSE_IS_FLIP, PLAIN_FLIP, PLAIN_SQUARE,
+                 PLAIN_TRANSPOSE_IS_FLIP, PLAIN_FLIP, PLAIN_SQUARE, PLAIN_SAME,
                  USER_DOUBLE, USER_COL_SUM, USER_ROW_SUM_IS_DOUBLE, USER_PROBED]
 
 

@@ -115,3 +115,23 @@ def toposort(outputs) -> list:
             if c not in seen:
                 stack.append((c, False))
     return order
+
+
+def canonical(outputs) -> list:
+    """``outputs`` with every set of structurally equal nodes made one object
+    (hash-consing), children before parents.  Two equal nodes built apart are
+    equal but not identical: a physical node's layout names the array objects its
+    tuples hold, so without this a shared source reached along two paths would be
+    two sets of arrays, and a transfer of the same chunk along both would be counted
+    twice while a cluster makes it once.  A node is rebuilt only when a child had
+    to be replaced."""
+    import dataclasses
+
+    memo: dict = {}
+    for node in toposort(outputs):
+        if node in memo:
+            continue
+        kids = [memo[c] for c in node.children]
+        same = all(a is b for a, b in zip(kids, node.children))
+        memo[node] = node if same else dataclasses.replace(node, **dict(zip(node._children, kids)))
+    return [memo[o] for o in outputs]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..node import toposort
+from ..node import canonical, toposort
 from .cost import COST_MODELS, Cost, plan_cost
 from .._format import fmt_bytes as _fmt_bytes
 
@@ -26,7 +26,7 @@ class Plan:
 
     def __init__(self, outputs, rebuild: Callable | None = None, sites: int | None = None,
                  cost_model: str = "exact", expr=None):
-        self.outputs = tuple(outputs)
+        self.outputs = tuple(canonical(outputs))  # equal nodes are one object: one set of arrays
         self.rebuild = rebuild or (lambda rs: rs[0] if len(rs) == 1 else tuple(rs))
         self.sites = sites if sites is not None else self.outputs[0].nsites
         if cost_model not in COST_MODELS:

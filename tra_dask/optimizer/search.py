@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..node import toposort
+from ..node import canonical, toposort
 from ..physical import Broadcast, Part, PlacementError, PNode, PSource, Shuffle
 from .cost import Cost, plan_cost
 from .objective import FewestBytes, Objective
@@ -234,6 +234,7 @@ def search(outputs, rules, *, model: str = "exact", objective: Objective | None 
         combos = [[c] for c in ranked_all.get(o, alts[o])[:final]]
     else:
         combos = [list(c) for c in itertools.islice(itertools.product(*(alts[o] for o in outputs)), final)]
+    combos = [canonical(c) for c in combos]  # shared nodes one object, as the Plan will hold them
     costed = [(c, plan_cost(c, model)) for c in combos]
     costed.sort(key=lambda oc: obj(oc[1]))
     best, best_cost = costed[0]

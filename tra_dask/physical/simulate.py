@@ -28,13 +28,20 @@ class T:
     """One physical tuple: key, chunk, the floats moved to make it (0 unless a move
     made it), and the tuples it was made from."""
 
-    __slots__ = ("key", "chunk", "node", "moved", "parents", "transfer")
+    __slots__ = ("key", "chunk", "node", "moved", "parents", "transfer", "copy")
 
     def __init__(self, key, chunk, node, parents=(), moved=0, dest=None):
         self.key, self.chunk, self.node, self.parents, self.moved = key, chunk, node, tuple(parents), moved
-        # a transfer is one array object arriving at one site: copies that share an
-        # array (a pure rekey, insert_dim) and go to the same site travel once
-        self.transfer = (id(chunk), dest) if moved else None
+        # ``copy`` names the copy of an array a site holds: a tuple that passes its
+        # parent's array on (a filter, a pure rekey, a tuple that stays put) holds the
+        # parent's copy; a new array is a new copy; a moved array is a new copy per
+        # (copy it came from, destination) — as on a cluster, where a copy that has
+        # travelled is another key, and sending it on is another transfer.  A transfer
+        # is one copy arriving at one site: tuples that share it travel once.
+        inherit = self.parents and self.parents[0].chunk is chunk
+        source = self.parents[0].copy if inherit else ("new", id(chunk))
+        self.transfer = (source, dest) if moved else None
+        self.copy = self.transfer if moved else source
 
 
 Sites = list  # one list of T per site
@@ -190,7 +197,9 @@ def _local_aggregate(node: LocalAggregate, inp: Sites):
             if isinstance(node.kernel, ConcatAgg):
                 kd = node.kernel.key_dim
                 chunks = [x.chunk for x in sorted(members, key=lambda x: x.key[kd])]
-                chunk = array_module(chunks[0]).concatenate(chunks, axis=node.kernel.array_dim)
+                # a group of one is its member (no concatenation runs: the lowering aliases it too)
+                chunk = chunks[0] if len(chunks) == 1 else array_module(chunks[0]).concatenate(
+                    chunks, axis=node.kernel.array_dim)
             else:
                 chunk = functools.reduce(node.kernel, [x.chunk for x in members])
             site.append(T(g, chunk, node, members))

@@ -51,7 +51,9 @@ def match_contraction(node: PNode) -> Contraction | None:
     inner = node.input
     if isinstance(inner, Shuffle):
         inner = inner.input
-    if isinstance(inner, LocalAggregate) and inner.kernel == k:  # already pre-aggregated
+    if isinstance(inner, LocalAggregate) and inner.kernel == k:  # already pre-aggregated:
+        if tuple(node.group_by) != tuple(range(len(inner.group_by))):  # only a finishing fold
+            return None  # (a fold to fewer dims is another aggregation on top of the contraction)
         inner = inner.input
         if isinstance(inner, Shuffle):
             inner = inner.input
