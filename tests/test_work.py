@@ -94,7 +94,7 @@ def _plan(how, expr, sites):
     return td.compile(expr, sites) if how == "compile" else td.optimize(expr, sites)
 
 
-def _check(plan):
+def check_work(plan):
     workers = _workers(plan.sites)
     lo = lower(plan, workers, "tok")
     work = lo.work
@@ -153,7 +153,7 @@ def _check(plan):
 @pytest.mark.parametrize("sites", SITES)
 @pytest.mark.parametrize("name", list(PROGRAMS))
 def test_predicted_tasks_and_moves_are_the_lowered_ones(name, sites, how):
-    _check(_plan(how, PROGRAMS[name], sites))
+    check_work(_plan(how, PROGRAMS[name], sites))
 
 
 @pytest.mark.parametrize("sites", SITES)
@@ -165,7 +165,7 @@ def test_resident_cluster_chunks_are_neither_tasks_nor_scattered(sites, how):
     expr = matmul(R, td.from_numpy(rng.normal(size=(8, 4)), 2, name="Q"))
     plan = td.compile(expr, sites, placements={R: where}) if how == "compile" else \
         td.optimize(expr, sites, placements={R: where})
-    lo = _check(plan)
+    lo = check_work(plan)
     src = next(n for n in plan.nodes if isinstance(n, PSource) and n.source is R)
     assert plan.cost.nodes[src].tasks == 0 and lo.work[src].resident
 
@@ -206,7 +206,7 @@ def test_an_array_moved_to_a_site_twice_travels_once():
         assert work[n].task_site[t] == work[fn].task_site[ft] and work[n].task_array[t] == work[fn].task_array[ft]
         assert work.order.index(fn) < work.order.index(n)
     assert "copy" in {x.kind for n in work.order for x in work.tasks(n)}
-    _check(plan)
+    check_work(plan)
 
 
 def test_node_work_alone_counts_what_the_cost_model_counts():
