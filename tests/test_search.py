@@ -233,3 +233,15 @@ def test_equal_nodes_built_apart_are_one_set_of_arrays():
         plan = td.optimize(e, sites=sites)
         for p in [plan] + plan.alternatives:
             assert td.simulate(p).floats_moved == p.cost.floats_moved
+
+
+def test_a_kernel_that_returns_its_input_still_makes_a_new_array():
+    """Found by the soundness campaign: ``identity`` hands back its input object, and
+    the simulator took the result for the source's own array (one transfer where the
+    runtime, whose kernel task is a new key, makes two)."""
+    S = td.from_numpy(np.random.default_rng(0).normal(size=(2, 2)), (1, 1), name="S1")
+    e = td.join(S, td.transform(S, "identity"), (1,), (1,), "mul")
+    for sites in (2, 3):
+        plan = td.optimize(e, sites=sites)
+        for p in [plan] + plan.alternatives:
+            assert td.simulate(p).floats_moved == p.cost.floats_moved

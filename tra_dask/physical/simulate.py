@@ -30,7 +30,7 @@ class T:
 
     __slots__ = ("key", "chunk", "node", "moved", "parents", "transfer", "copy")
 
-    def __init__(self, key, chunk, node, parents=(), moved=0, dest=None):
+    def __init__(self, key, chunk, node, parents=(), moved=0, dest=None, made=False):
         self.key, self.chunk, self.node, self.parents, self.moved = key, chunk, node, tuple(parents), moved
         # ``copy`` names the copy of an array a site holds: a tuple that passes its
         # parent's array on (a filter, a pure rekey, a tuple that stays put) holds the
@@ -38,8 +38,13 @@ class T:
         # (copy it came from, destination) — as on a cluster, where a copy that has
         # travelled is another key, and sending it on is another transfer.  A transfer
         # is one copy arriving at one site: tuples that share it travel once.
-        inherit = self.parents and self.parents[0].chunk is chunk
-        source = self.parents[0].copy if inherit else ("new", id(chunk))
+        # ``made``: a kernel call's result is a new array on the cluster even when the
+        # kernel hands back its input object (``identity``, ``lambda x: x``)
+        inherit = not made and self.parents and self.parents[0].chunk is chunk
+        if made:
+            source = ("made", id(node), tuple(p.copy for p in self.parents))
+        else:
+            source = self.parents[0].copy if inherit else ("new", id(chunk))
         self.transfer = (source, dest) if moved else None
         self.copy = self.transfer if moved else source
 
@@ -181,7 +186,7 @@ def _local_join(node: LocalJoin, left: Sites, right: Sites):
             for r in index.get(tuple(lt.key[d] for d in node.left_on), ()):
                 key = lt.key + tuple(r.key[d] for d in rest)
                 key = key if node.key_fn is None else node.key_fn(key)
-                site.append(T(key, node.kernel(lt.chunk, r.chunk), node, [lt, r]))
+                site.append(T(key, node.kernel(lt.chunk, r.chunk), node, [lt, r], made=True))
         out.append(site)
     return out
 
@@ -202,7 +207,7 @@ def _local_aggregate(node: LocalAggregate, inp: Sites):
                     chunks, axis=node.kernel.array_dim)
             else:
                 chunk = functools.reduce(node.kernel, [x.chunk for x in members])
-            site.append(T(g, chunk, node, members))
+            site.append(T(g, chunk, node, members, made=len(members) > 1))
         out.append(site)
     return out
 
@@ -228,7 +233,7 @@ def _local_map(node: LocalMap, inp: Sites):
                 new = op.key_fn(x.key)
                 chunk = a if op.kernel is None else op.kernel(a)
                 for nk in new if op.key_fn.multiplicity > 1 else [new]:
-                    site.append(T(nk, chunk, node, [x]))
+                    site.append(T(nk, chunk, node, [x], made=op.kernel is not None))
         out.append(site)
     return out
 
