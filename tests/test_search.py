@@ -245,3 +245,15 @@ def test_a_kernel_that_returns_its_input_still_makes_a_new_array():
         plan = td.optimize(e, sites=sites)
         for p in [plan] + plan.alternatives:
             assert td.simulate(p).floats_moved == p.cost.floats_moved
+
+
+def test_grids_for_a_contraction_of_vector_chunks():
+    """Found by the soundness test: a contraction whose key arity is 2 but whose
+    chunks are vectors made the grid estimate index a missing chunk dim."""
+    S = td.from_numpy(np.random.default_rng(0).random(1), (1,), name="S0")
+    j = td.join(S, S, (), (), "add")
+    e = td.aggregate(td.join(j, j, (0,), (0,), "add"), (1, 2), "add")
+    ref = td.evaluate(e)
+    for p in [td.optimize(e, sites=2)]:
+        sim = td.simulate(p)
+        assert all(np.allclose(sim.result[k], ref[k]) for k in ref)

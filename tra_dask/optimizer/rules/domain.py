@@ -172,7 +172,10 @@ def _array_extent(t, dim: int) -> float:
     extents along it, over one line of the key grid."""
     other = 1 - dim
     line = t.keys[:, other] == t.keys[:, other].min()
-    return float(sum(t.shapes[i][dim] for i in t.shape_ids[line]))
+    ids = t.shape_ids[line]
+    if any(len(t.shapes[i]) <= dim for i in ids):  # chunks are not matrices along the key dims:
+        return float(len(ids))  # the key extent is the estimate (it only orders the grids)
+    return float(sum(t.shapes[i][dim] for i in ids))
 
 
 def _placed(rel: PNode, placement) -> PNode:
