@@ -135,7 +135,7 @@ def test_grid_plans_compute_the_product():
     a, b = rng.normal(size=(8, 12)), rng.normal(size=(12, 8))
     expr = matmul(td.from_numpy(a, (2, 3), name="A"), td.from_numpy(b, (3, 2), name="B"))
     plan = td.optimize(expr, sites=8)
-    grids = [p for p in [plan] + plan.alternatives if any("grid of sites" in s for s in p.strategies())]
+    grids = [p for p in [plan, *plan.alternatives] if any("grid of sites" in s for s in p.strategies())]
     assert grids
     for p in grids:
         sim = td.simulate(p)
@@ -231,7 +231,7 @@ def test_equal_nodes_built_apart_are_one_set_of_arrays():
     e = td.transform(td.join(td.filter(S, k0 == k0), S, (0, 1), (0, 1), "mul"), "row_sum")
     for sites in (2, 3):
         plan = td.optimize(e, sites=sites)
-        for p in [plan] + plan.alternatives:
+        for p in [plan, *plan.alternatives]:
             assert td.simulate(p).floats_moved == p.cost.floats_moved
 
 
@@ -243,7 +243,7 @@ def test_a_kernel_that_returns_its_input_still_makes_a_new_array():
     e = td.join(S, td.transform(S, "identity"), (1,), (1,), "mul")
     for sites in (2, 3):
         plan = td.optimize(e, sites=sites)
-        for p in [plan] + plan.alternatives:
+        for p in [plan, *plan.alternatives]:
             assert td.simulate(p).floats_moved == p.cost.floats_moved
 
 

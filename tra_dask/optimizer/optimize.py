@@ -1,19 +1,38 @@
-"""``td.optimize``: the paper's initial plan, then the cheapest equivalent plan."""
+"""``td.optimize``: the paper's initial plan, then the cheapest equivalent plan.
+
+Named stages, each recorded on the plan (``plan.stages``, ``plan.explain(stage=...)``):
+
+1. ``compile`` — the paper's translation of the expression into its initial IA plan
+   (of a *sketch* of the expression when it is large: :mod:`.sketch`);
+2. ``search`` — the cost-based search over equivalent plans (:mod:`.search`);
+3. ``replay`` — only after a sketch: the best sketch plans rebuilt at full size and
+   costed exactly;
+4. ``check`` — the chosen plan computes the expression's relations (keys and chunk
+   shapes of every output) and fits the memory limit.
+"""
 
 from __future__ import annotations
 
-from .compile import compile
-from .cost import COST_MODELS
+import time
+
+from ..logical import Source, flatten_outputs
+from ..node import canonical, toposort
+from ..physical import PlacementError
+from .compile import _resolve_placements, compile
+from .cost import COST_MODELS, plan_cost
 from .objective import as_objective
-from .plan import Plan
+from .plan import Plan, Stage
 from .rules import RULES
-from .search import search
+from .search import SearchResult, search
+from .sketch import NotReplayable, make_sketch, replay
 
 __all__ = ["optimize"]
 
+_REPLAY_TUPLES = 4_000_000  # full-size tuples worth of sketch plans replayed (at least one plan)
+
 
 def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, placements=None,
-             *, objective=None, budget: int = 50_000, beam: int = 6, rules=RULES) -> Plan:
+             *, objective=None, budget: int = 50_000, beam: int = 6, rules=RULES, sketch: bool = True) -> Plan:
     """Compile ``expr`` for ``sites`` sites and search for the cheapest equivalent plan.
 
     ``objective`` says what cheapest means: ``"bytes"`` (the default,
@@ -23,16 +42,102 @@ def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, pla
     :class:`~tra_dask.optimizer.objective.Objective`.  ``memory_limit`` is bytes per
     site, a number or a size string like ``"1GB"``.  ``beam``: placements kept per
     plan node; ``budget``: rewrites tried before the search stops early.
+    ``sketch``: plan a large expression on a sketch of it (:mod:`.sketch`);
+    False searches at full size however long it takes.
 
-    The returned Plan has ``.alternatives`` (the other plans considered, cheapest
-    first, each with its ``.cost``), ``.compiled`` (the initial plan) and ``.search``
-    (budget used, whether it was cut short).
+    The returned Plan is immutable and has ``.alternatives`` (the other plans
+    considered, cheapest first, each with its ``.cost``), ``.compiled`` (the initial
+    plan), ``.search`` (budget used, whether it was cut short, the sketch) and
+    ``.stages`` (module doc).
     """
     if cost_model not in COST_MODELS:
         raise ValueError(f"unknown cost_model {cost_model!r}; valid: {', '.join(COST_MODELS)}")
     obj = as_objective(objective, memory_limit)
-    compiled = compile(expr, sites, placements=placements, cost_model=cost_model)
+    outputs, rebuild = flatten_outputs(expr)
+    stages: list = []
+    res = None
+    sk = None
+    if sketch and obj.memory_limit is None:  # peaks do not scale with the block count: a limit plans at full size
+        sources = [n for n in toposort(outputs) if isinstance(n, Source)]
+        sk = make_sketch(outputs, sites, _resolve_placements(placements, sources, sites))
+    if sk is not None:
+        res = _search_sketch(expr, outputs, sk, sites, cost_model, obj, budget, beam, rules, stages)
+    if res is None:
+        stages.clear()
+        t0 = time.perf_counter()
+        compiled = compile(expr, sites, placements=placements, cost_model=cost_model)
+        stages.append(Stage("compile", compiled, time.perf_counter() - t0, "the paper's initial IA plan"))
+        t0 = time.perf_counter()
+        res = search(list(compiled.outputs), rules, model=cost_model, objective=obj, budget=budget, beam=beam)
+        stages.append(Stage("search", _plan(res.best, rebuild, sites, cost_model, expr, res.best_cost),
+                            time.perf_counter() - t0, _search_note(res)))
+    else:
+        def compiled():  # the full-size initial plan, made only when asked for
+            return compile(expr, sites, placements=placements, cost_model=cost_model)
+    t0 = time.perf_counter()
+    _check(res, outputs, obj)
+    best = _plan(res.best, rebuild, sites, cost_model, expr, res.best_cost)
+    stages.append(Stage("check", best, time.perf_counter() - t0,
+                        "outputs are the expression's relations; peak within the memory limit"))
+    alternatives = [_plan(outs, rebuild, sites, cost_model, expr, cost)
+                    for outs, cost in res.alternatives if outs != res.best]
+    return Plan(res.best, rebuild, sites, cost_model, expr, cost=res.best_cost, compiled=compiled,
+                search=res, alternatives=alternatives, stages=stages)
+
+
+def _plan(outputs, rebuild, sites, cost_model, expr, cost) -> Plan:
+    return Plan(outputs, rebuild, sites, cost_model, expr, cost=cost)
+
+
+def _search_note(res: SearchResult) -> str:
+    return (f"{res.candidates} candidate plans, {res.rewrites} rewrites"
+            + (" (budget exhausted)" if res.truncated else ""))
+
+
+def _search_sketch(expr, outputs, sk, sites, cost_model, obj, budget, beam, rules, stages) -> SearchResult | None:
+    """Search the sketch, replay its best plans at full size (:mod:`.sketch`); None
+    when no sketch plan replays (the caller then searches at full size)."""
+    t0 = time.perf_counter()
+    compiled = compile(tuple(sk.outputs), sites, placements=sk.placements, cost_model=cost_model)
+    stages.append(Stage("compile", compiled, time.perf_counter() - t0,
+                        f"the paper's initial IA plan of a sketch: blocks / {sk.factor:.2f} along long dims, "
+                        f"largest relation {sk.tuples:,} tuples (the expression's: {sk.full_tuples:,})"))
+    t0 = time.perf_counter()
     res = search(list(compiled.outputs), rules, model=cost_model, objective=obj, budget=budget, beam=beam)
+    stages.append(Stage("search", _plan(res.best, compiled.rebuild, sites, cost_model, None, res.best_cost),
+                        time.perf_counter() - t0, _search_note(res) + " (on the sketch)"))
+    t0 = time.perf_counter()
+    want = [o.type for o in outputs]
+    keep = max(1, _REPLAY_TUPLES // max(sk.full_tuples, 1))
+    replayed, failed = [], 0
+    for outs, _ in res.alternatives:
+        try:
+            full = canonical(replay(outs, sk, want))
+        except (NotReplayable, PlacementError):
+            failed += 1
+            continue
+        if full not in replayed:
+            replayed.append(full)
+            if len(replayed) >= keep:
+                break
+    if not replayed:
+        return None
+    costed = sorted(((c, plan_cost(c, cost_model)) for c in replayed), key=lambda oc: obj(oc[1]))
+    best, best_cost = costed[0]
+    sk.report = {"factor": sk.factor, "tuples": sk.tuples, "full_tuples": sk.full_tuples,
+                 "replayed": len(replayed), "not_replayable": failed}
+    stages.append(Stage("replay", _plan(best, lambda rs: rs[0] if len(rs) == 1 else tuple(rs), sites, cost_model,
+                                        expr, best_cost),
+                        time.perf_counter() - t0,
+                        f"{len(replayed)} best sketch plans rebuilt at full size and costed exactly"
+                        + (f"; {failed} had no full-size counterpart" if failed else "")))
+    return SearchResult(best, best_cost, costed, res.truncated, res.rewrites, res.candidates, obj, sk.report)
+
+
+def _check(res: SearchResult, outputs, obj) -> None:
+    for i, (o, rel) in enumerate(zip(res.best, outputs)):
+        if o.type != rel.type or o.layout.partial:  # the search and replay guarantee it: a bug if not
+            raise AssertionError(f"the optimized plan's output {i} is not the relation {rel.label}")
     limit = obj.memory_limit
     if limit is not None and float(res.best_cost.peak_bytes_per_site.max()) > limit:
         # the objective ranks plans over the limit by their peak, so the best is the smallest
@@ -42,17 +147,3 @@ def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, pla
             f"{len(res.alternatives)} plans considered is {smallest:,.0f} bytes per site; use more "
             f"sites, smaller chunks, or a larger memory limit"
         )
-    plan = Plan(res.best, compiled.rebuild, compiled.sites, cost_model, expr)
-    plan._cost = res.best_cost
-    plan.compiled = compiled
-    plan.search = res
-    plan.alternatives = [
-        _with_cost(Plan(outs, compiled.rebuild, compiled.sites, cost_model, expr), cost)
-        for outs, cost in res.alternatives if outs != res.best
-    ]
-    return plan
-
-
-def _with_cost(plan: Plan, cost) -> Plan:
-    plan._cost = cost
-    return plan

@@ -3,13 +3,28 @@ explanation that reads like a query plan."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from ..node import canonical, toposort
 from .cost import COST_MODELS, Cost, plan_cost
 from .._format import fmt_bytes as _fmt_bytes
 
-__all__ = ["Plan", "COST_MODELS"]
+__all__ = ["Plan", "Stage", "COST_MODELS"]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One named step of :func:`~tra_dask.optimize` (``plan.stages``): the plan it
+    produced (None when it produced none), how long it took and what it did."""
+
+    name: str
+    plan: "Plan | None"
+    seconds: float
+    note: str = ""
+
+    def __repr__(self):
+        return f"<Stage {self.name}: {self.seconds:.3f} s; {self.note}>"
 
 
 class Plan:
@@ -25,7 +40,8 @@ class Plan:
     """
 
     def __init__(self, outputs, rebuild: Callable | None = None, sites: int | None = None,
-                 cost_model: str = "exact", expr=None):
+                 cost_model: str = "exact", expr=None, *, cost: Cost | None = None, compiled=None,
+                 search=None, alternatives=(), stages=()):
         self.outputs = tuple(canonical(outputs))  # equal nodes are one object: one set of arrays
         self.rebuild = rebuild or (lambda rs: rs[0] if len(rs) == 1 else tuple(rs))
         self.sites = sites if sites is not None else self.outputs[0].nsites
@@ -42,10 +58,35 @@ class Plan:
             raise ValueError(f"plan for {self.sites} sites has outputs placed on {sorted(bad)} sites")
         self.cost_model = cost_model
         self.expr = expr
-        self._cost: Cost | None = None
-        self.alternatives: list = []   # set by td.optimize: the other plans considered
-        self.compiled = None           # set by td.optimize: the paper's initial plan
-        self.search = None             # set by td.optimize: the search's report
+        self._cost: Cost | None = cost
+        self._compiled = compiled               # td.optimize: the paper's initial plan (or how to make it)
+        self.search = search                    # td.optimize: the search's report
+        self.alternatives = tuple(alternatives)  # td.optimize: the other plans considered, cheapest first
+        self.stages = tuple(stages)             # td.optimize: compile, search, (replay,) check
+        self._frozen = True
+
+    def __setattr__(self, name, value):
+        if self.__dict__.get("_frozen"):
+            raise AttributeError(f"a Plan is immutable once built (tried to set {name!r})")
+        object.__setattr__(self, name, value)
+
+    @property
+    def compiled(self) -> "Plan | None":
+        """The paper's initial plan for the expression (td.optimize; made when first
+        read if the search planned on a sketch)."""
+        c = self._compiled
+        if callable(c) and not isinstance(c, Plan):
+            c = c()
+            object.__setattr__(self, "_compiled", c)
+        return c
+
+    def stage(self, name: str) -> Stage:
+        """The stage called ``name`` (see :attr:`stages`)."""
+        for st in self.stages:
+            if st.name == name:
+                return st
+        valid = ", ".join(st.name for st in self.stages) or "none (not made by td.optimize)"
+        raise ValueError(f"this plan has no stage {name!r}; its stages: {valid}")
 
     @property
     def nodes(self) -> list:
@@ -55,7 +96,7 @@ class Plan:
     @property
     def cost(self) -> Cost:
         if self._cost is None:
-            self._cost = plan_cost(self.outputs, self.cost_model)
+            object.__setattr__(self, "_cost", plan_cost(self.outputs, self.cost_model))
         return self._cost
 
     def strategies(self) -> list[str]:
@@ -73,12 +114,18 @@ class Plan:
         return [s for s in (classify(n) for n in self.nodes if n not in inner) if s]
 
     def with_cost_model(self, model: str) -> "Plan":
+        """The same plan costed under another cost model."""
         return Plan(self.outputs, self.rebuild, self.sites, model, self.expr)
 
-    def explain(self) -> str:
+    def explain(self, stage: str | None = None) -> str:
         """An indented tree, outputs at the top; per line the operator and its
         parameters, placement, tuples (keys / physical), floats moved and peak MB per
-        site.  A shared node is printed once and referred to after."""
+        site.  A shared node is printed once and referred to after.  ``stage``: the
+        plan one of :attr:`stages` produced instead (``"compile"``, ``"search"``, …)."""
+        if stage is not None:
+            st = self.stage(stage)
+            head = f"stage {st.name} ({st.seconds:.3f} s): {st.note}"
+            return head if st.plan is None else head + "\n" + st.plan.explain()
         c = self.cost
         flops = c.flops_per_site
         lines = [
@@ -92,7 +139,14 @@ class Plan:
             lines.append("  strategy: " + "; ".join(strategies))
         if self.search is not None:
             r = self.search
-            base = self.compiled.cost.floats_moved if self.compiled is not None else None
+            sk = getattr(r, "sketch", None)
+            if sk:
+                lines.append(
+                    f"  planned on a sketch: blocks / {sk['factor']:.2f} along long dims, largest relation "
+                    f"{sk['tuples']:,} tuples (here {sk['full_tuples']:,}); {sk['replayed']} sketch plans "
+                    f"replayed at full size and costed exactly"
+                )
+            base = self.compiled.cost.floats_moved if isinstance(self._compiled, Plan) else None
             lines.append(
                 f"  search: {r.candidates} candidate plans, {r.rewrites} rewrites"
                 + (" (budget exhausted: best found so far)" if r.truncated else "")

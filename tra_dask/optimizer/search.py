@@ -60,6 +60,7 @@ class SearchResult:
     rewrites: int = 0
     candidates: int = 0
     objective: object = None
+    sketch: dict | None = None   # set when the search ran on a sketch (optimizer/sketch.py)
 
 
 def objective(cost: Cost, memory_limit: float | None) -> tuple:
