@@ -19,18 +19,39 @@ def token(value):
     return value.token if hasattr(value, "token") else value
 
 
+_PARAM_NAMES: dict = {}  # class -> names of its non-child dataclass fields
+
+
 class Node(ABC):
     _children: tuple = ()  # names of the dataclass fields that hold child nodes
 
     @property
     def children(self) -> tuple["Node", ...]:
-        return tuple(getattr(self, f) for f in self._children)
+        """The child nodes (computed once: a node is immutable, and the planner reads
+        them hundreds of thousands of times)."""
+        kids = self.__dict__.get("_kids")
+        if kids is None:
+            kids = tuple(getattr(self, f) for f in self._children)
+            object.__setattr__(self, "_kids", kids)
+        return kids
 
     def _param_names(self) -> list[str]:
-        return [f.name for f in dataclasses.fields(self) if f.name not in self._children]
+        names = _PARAM_NAMES.get(type(self))
+        if names is None:
+            names = _PARAM_NAMES[type(self)] = [f.name for f in dataclasses.fields(self) if f.name not in self._children]
+        return names
 
     def _params(self) -> tuple:
-        """Hashable tokens of the node's non-child parameters."""
+        """Hashable tokens of the node's non-child parameters (computed once, when the
+        hash is: the type rule may normalise a parameter first, never after)."""
+        p = self.__dict__.get("_params_memo")
+        if p is None:
+            p = self._params_uncached()
+            if "_hash" in self.__dict__:  # made: the parameters are final
+                object.__setattr__(self, "_params_memo", p)
+        return p
+
+    def _params_uncached(self) -> tuple:
         return tuple(token(getattr(self, n)) for n in self._param_names())
 
     def _fmt_params(self) -> str:
@@ -55,11 +76,12 @@ class Node(ABC):
         return f"{self._op}({', '.join(parts)})"
 
     def __hash__(self) -> int:
-        h = self.__dict__.get("_hash")
-        if h is None:
+        try:  # the planner hashes nodes millions of times (dict keys): the cached path is a lookup
+            return self.__dict__["_hash"]
+        except KeyError:
             h = hash((type(self).__name__, self._params(), tuple(hash(c) for c in self.children)))
             object.__setattr__(self, "_hash", h)
-        return h
+            return h
 
     def __eq__(self, other) -> bool:
         # iterative, each pair of nodes compared once: deep chains do not recurse and

@@ -283,6 +283,13 @@ def join_codes(lc: np.ndarray, rc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if bound is not None and bound <= 4 * (nl + len(rc)) + 1024:
         # small codes (the usual case: a few key dims and a site): count, don't search
         nr = len(rc)
+        if nr > 2 * nl + 1024:  # a long right side (a broadcast): keep the rows that can meet
+            wanted = np.zeros(bound, dtype=bool)
+            wanted[lc] = True
+            keep = np.flatnonzero(wanted[rc])  # ascending: each i's matches stay in order
+            if len(keep) < nr:
+                li, ri = join_codes(lc, rc[keep])
+                return li, keep[ri]
         at = np.full(bound, -1, dtype=np.int32 if nr < 2**31 else np.int64)
         at[rc] = np.arange(nr, dtype=at.dtype)  # a repeated code keeps its last position
         if np.array_equal(at[rc], np.arange(nr, dtype=at.dtype)):
@@ -293,14 +300,20 @@ def join_codes(lc: np.ndarray, rc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         del at
         per = np.bincount(rc, minlength=bound)
         order = stable_argsort(rc, 0, bound - 1)
-        start = (np.cumsum(per) - per)[lc]
+        meet = np.flatnonzero((per > 0)[lc])  # the left rows with a match: often few (a broadcast side)
+        if len(meet) < nl:  # the others make no pair: leaving them out moves no pair
+            lc = lc[meet]
+        else:
+            meet = None
         count = per[lc]
+        start = (np.cumsum(per) - per)[lc]
     else:
         order = np.argsort(rc, kind="stable")
         rs = rc[order]
         start = np.searchsorted(rs, lc, side="left")
         count = np.searchsorted(rs, lc, side="right") - start
-    li = np.repeat(np.arange(nl), count)
+        meet = None
+    li = np.repeat(np.arange(nl) if meet is None else meet, count)
     # pair p of left row i is match (p - first pair of i) of i's run, at start[i] in order
     shift = np.repeat(start - (np.cumsum(count) - count), count)
     shift += np.arange(len(li))

@@ -162,6 +162,8 @@ def _flops_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
 
 def _bytes_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
     lay, t = node.layout, node.type
+    if len(t.shapes) == 1 and lay.origins_distinct() and need.all():  # every tuple, each its own array
+        return np.bincount(lay.sites, minlength=lay.nsites) * (int(t.shape_sizes[0]) * t.dtype.itemsize)
     idx = np.flatnonzero(need)
     if not lay.origins_distinct():
         idx = idx[_first_occurrences(lay.origin[idx])]  # a shared array is held once
@@ -204,15 +206,20 @@ def _digest(mask: np.ndarray) -> bytes:
     return hashlib.blake2b(np.packbits(mask).tobytes() + len(mask).to_bytes(8, "little"), digest_size=16).digest()
 
 
-def _node_cost_memo(node: PNode, model: str, need: dict) -> NodeCost:
+def _node_cost_memo(node: PNode, model: str, need: dict, digests: dict | None = None) -> NodeCost:
     """``node_cost`` remembered on the node itself, per (model, demand on the node and
     its children): the search re-costs shared subtrees.  Kept on the node so that it
-    lives exactly as long as the node does."""
+    lives exactly as long as the node does.  ``digests``: ``_digest`` of each node's
+    demand, when the caller has them (a plan digests each mask once, not once per
+    node that reads it)."""
     memo = node.__dict__.get("_cost_memo")
     if memo is None:
         memo = {}
         object.__setattr__(node, "_cost_memo", memo)
-    key = (model, _digest(need[node]), tuple(_digest(need[c]) for c in node.children))
+    if digests is None:
+        key = (model, _digest(need[node]), tuple(_digest(need[c]) for c in node.children))
+    else:
+        key = (model, digests[node], tuple(digests[c] for c in node.children))
     hit = memo.get(key)
     if hit is None:
         hit = node_cost(node, model, need)
@@ -227,10 +234,11 @@ def plan_cost(outputs, model: str = "exact", *, whole: bool = False) -> Cost:
     ``whole``: the cost of delivering every tuple of the outputs (the search's cost
     of a subplan), not one copy of each key (a result)."""
     nodes = toposort(outputs)
-    need = demand(outputs, whole=whole)
-    per = {n: _node_cost_memo(n, model, need) for n in nodes}
+    need = demand(outputs, whole=whole, order=nodes)
+    digests = {n: _digest(need[n]) for n in nodes}  # each mask once (a node's is read by its parents too)
+    per = {n: _node_cost_memo(n, model, need, digests) for n in nodes}
     if model == "exact":
-        per = _one_transfer_per_array_and_site(nodes, need, per)
+        per = _one_transfer_per_array_and_site(nodes, need, per, digests)
     s = nodes[0].nsites if nodes else 1
     return Cost(
         model, s,
@@ -242,37 +250,81 @@ def plan_cost(outputs, model: str = "exact", *, whole: bool = False) -> Cost:
     )
 
 
-def _one_transfer_per_array_and_site(nodes, need, per):
+def _one_transfer_per_array_and_site(nodes, need, per, digests: dict | None = None):
     """Two moves of one array to one site (from different Broadcast/Shuffle nodes)
     are one transfer on a cluster: the worker already holds it.  Count it for the
     first node (in plan order) that moves it.
 
-    One vectorised pass: every needed move of the plan, in plan order, as the code
-    ``source object * sites + destination``; a move counts iff it is the first
-    occurrence of its code."""
+    Every needed move of the plan, in plan order, as the code ``source object *
+    sites + destination``; a move counts iff it is the first occurrence of its code.
+    What each node moves is summarised once per (node, demand) and remembered on the
+    node (:func:`_needed_moves`: the search re-costs one big broadcast under many
+    plans); when no two nodes' code ranges meet (the usual case: moves of unrelated
+    arrays) no code is in two nodes and each node's count is its own, else one
+    vectorised pass over every node's distinct codes finds the first occurrences."""
     import dataclasses
 
     movers = [n for n in nodes if isinstance(n, (Broadcast, Shuffle))]
     if not movers:
         return dict(per)
-    codes, floats, owner = [], [], []
-    for i, n in enumerate(movers):
-        lay = n.layout
-        idx = np.flatnonzero(lay.moved & need[n])
-        src_origin = n.input.layout.origin[lay.lineage[0][idx]]
-        codes.append(src_origin * np.int64(n.nsites) + lay.sites[idx])
-        floats.append(n.type.chunk_sizes[lay.rows[idx]])
-        owner.append(np.full(len(idx), i, dtype=np.intp))
-    codes, floats, owner = np.concatenate(codes), np.concatenate(floats), np.concatenate(owner)
-    first = _first_occurrences(codes)  # positions, increasing: owners stay in plan order
-    total = np.concatenate([[0], np.cumsum(floats[first], dtype=np.int64)])
-    bounds = np.searchsorted(owner[first], np.arange(len(movers) + 1))
-    per_node = total[bounds[1:]] - total[bounds[:-1]]  # exact integer sums per node
+    parts = [_needed_moves(n, need[n], None if digests is None else digests[n]) for n in movers]
+    spans = sorted((p[1], p[2]) for p in parts if p[1] <= p[2])
+    if all(a[1] < b[0] for a, b in zip(spans, spans[1:])):  # disjoint ranges: no code in two nodes
+        per_node = [p[0] for p in parts]
+    else:
+        arrays = [p[3] if p[3] is not None else _needed_move_arrays(n, need[n]) for n, p in zip(movers, parts)]
+        codes = np.concatenate([c for c, _ in arrays])
+        floats = np.concatenate([f for _, f in arrays])
+        owner = np.concatenate([np.full(len(c), i, dtype=np.intp) for i, (c, _) in enumerate(arrays)])
+        first = _first_occurrences(codes)  # positions, increasing: owners stay in plan order
+        total = np.concatenate([[0], np.cumsum(floats[first], dtype=np.int64)])
+        bounds = np.searchsorted(owner[first], np.arange(len(movers) + 1))
+        per_node = (total[bounds[1:]] - total[bounds[:-1]]).tolist()  # exact integer sums per node
     out = dict(per)
-    for n, f in zip(movers, per_node.tolist()):
+    for n, f in zip(movers, per_node):
         if f != per[n].floats_moved:
             out[n] = dataclasses.replace(per[n], floats_moved=f, bytes_moved=f * n.type.dtype.itemsize)
     return out
+
+
+_KEEP_MOVES = 1 << 20  # needed moves of a node whose codes are remembered (more: recomputed if ever needed)
+
+
+def _needed_moves(n: PNode, mask: np.ndarray, digest: bytes | None) -> tuple:
+    """``(floats, lo, hi, arrays)`` for the needed moves of the Broadcast/Shuffle
+    ``n``: the floats of its distinct moves, the range of their codes (``lo > hi``
+    when none), and :func:`_needed_move_arrays` (``None`` when there are more than
+    :data:`_KEEP_MOVES`).  Remembered on the node per demand digest: a broadcast's
+    layout can hold 10^7 tuples, and the search costs it under many plans."""
+    memo = n.__dict__.get("_moves_memo")
+    if memo is None:
+        memo = {}
+        object.__setattr__(n, "_moves_memo", memo)
+    key = _digest(mask) if digest is None else digest
+    hit = memo.get(key)
+    if hit is None:
+        codes, floats = _needed_move_arrays(n, mask)
+        lo, hi = (int(codes.min()), int(codes.max())) if len(codes) else (0, -1)
+        hit = (int(floats.sum()), lo, hi, (codes, floats) if len(codes) <= _KEEP_MOVES else None)
+        if len(memo) >= _MEMO_PER_NODE:
+            memo.pop(next(iter(memo)))
+        memo[key] = hit
+    return hit
+
+
+def _needed_move_arrays(n: PNode, mask: np.ndarray) -> tuple:
+    """``(codes, floats)``: the distinct codes ``source object * sites + destination``
+    of the needed moves of ``n``, in layout order, each with the floats of its first
+    occurrence.  A moved tuple's object is new per (source object, destination)
+    (:func:`~tra_dask.physical.layout.fresh_per_class`), so when the layout's origins
+    are distinct (computed once per layout) its codes already are."""
+    lay = n.layout
+    idx = np.flatnonzero(lay.moved & mask)
+    codes = n.input.layout.origin[lay.lineage[0][idx]] * np.int64(n.nsites) + lay.sites[idx]
+    if not lay.origins_distinct():
+        keep = _first_occurrences(codes)
+        idx, codes = idx[keep], codes[keep]
+    return codes, n.type.chunk_sizes[lay.rows[idx]]
 
 
 def brute_force_frontier(node: PNode) -> tuple:

@@ -24,11 +24,14 @@ def result_copies(lay: Layout, nkeys: int) -> np.ndarray:
     return _first_copy(lay, nkeys)
 
 
-def demand(outputs, *, whole: bool = False) -> dict:
+def demand(outputs, *, whole: bool = False, order: list | None = None) -> dict:
     """``{node: bool mask over node.layout's tuples}`` for every node of the plan.
     ``whole``: every tuple of the outputs is needed (a subplan whose consumer reads
-    all it delivers), not one copy of each key."""
-    order = toposort(outputs)
+    all it delivers), not one copy of each key.  ``order``: ``toposort(outputs)``,
+    when the caller has it already (the cost model does: sorting again is a tenth
+    of costing a small plan)."""
+    if order is None:
+        order = toposort(outputs)
     need = {n: np.zeros(n.layout.ntuples, dtype=bool) for n in order}
     for o in outputs:
         if whole:

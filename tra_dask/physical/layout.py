@@ -19,6 +19,7 @@ moving two of them to one site moves the bytes once, which is what Dask does.
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,17 +99,25 @@ _IDS_LOCK = threading.Lock()
 
 def fresh(n: int) -> np.ndarray:
     """``n`` new array-object ids (a block of consecutive ints, O(1) to reserve)."""
+    start = _reserve(n)
+    return np.arange(start, start + n, dtype=np.int64)
+
+
+def _reserve(n: int) -> int:
+    """The first of ``n`` new consecutive ids (what :func:`fresh` returns, as a number)."""
     global _NEXT_ID
     with _IDS_LOCK:
         start = _NEXT_ID
         _NEXT_ID += max(n, 1)
-    return np.arange(start, start + n, dtype=np.int64)
+    return start
 
 
-def _moved_origin(src_origin: np.ndarray, dest: np.ndarray, moved: np.ndarray, nsites: int) -> np.ndarray:
+def _moved_origin(src_origin: np.ndarray, dest: np.ndarray, moved: np.ndarray, nsites: int, *,
+                  copy: bool = True) -> np.ndarray:
     """Origins after a move: unmoved tuples keep theirs; a moved tuple holds a new
-    object, one per distinct (source object, destination site)."""
-    out = src_origin.copy()
+    object, one per distinct (source object, destination site).  ``copy=False``:
+    ``src_origin`` is a temporary of the caller's, written in place."""
+    out = src_origin.copy() if copy else src_origin
     if moved.any():
         out[moved] = fresh_per_class(src_origin[moved], dest[moved], nsites)
     return out
@@ -144,17 +153,62 @@ def source_layout(t: RelationType, sites: np.ndarray | None, nsites: int) -> Lay
 
 
 def broadcast_layout(inp: Layout, t: RelationType, moved: bool = True) -> Layout:
+    """Every row on every site: tuple ``r·s + d`` is row ``r`` on site ``d``.  A
+    broadcast to thousands of sites has 10^6–10^7 tuples, and where fresh memory is
+    slow to touch the planner's time is the arrays it makes: the rows and sites are
+    shared by every broadcast of ``n`` rows to ``s`` sites (:func:`_broadcast_grid`),
+    and no (rows × sites) temporaries are made."""
     s = inp.nsites
     n = t.ntuples
-    rows = np.repeat(np.arange(n), s)
-    sites = np.tile(np.arange(s, dtype=np.int64), n)
+    rows, sites = _broadcast_grid(n, s)
     # the wanted tuples (row r on site d) are code r*s + d = their own index: a copy
     # already on the site is found by one table lookup (the first such copy)
-    at = _first_index(_codes(inp.rows, inp.sites, s), n * s)
-    held = at >= 0
-    src = np.where(held, at, _first_copy(inp, n)[rows])  # a copy on the site is used in place
-    mv = ~held if moved else np.zeros(len(rows), bool)
-    return Layout(s, rows, sites, False, (src,), mv, _moved_origin(inp.origin[src], sites, mv, s))
+    codes = _codes(inp.rows, inp.sites, s)
+    src = _first_index(codes, n * s)
+    missing = src < 0
+    first = _first_copy(inp, n)
+    # a copy on the site is used in place, the others come from the row's first copy
+    np.copyto(src.reshape(n, s), first[:, None], where=missing.reshape(n, s))
+    mv = missing if moved else np.zeros(n * s, bool)
+    if not mv.any():
+        return Layout(s, rows, sites, False, (src,), mv, inp.origin[src])
+    row_origin = inp.origin[first]
+    if n > 1 and not bool(np.all(row_origin[1:] > row_origin[:-1])):
+        origin = inp.origin[src]
+        origin[mv] = fresh_per_class(origin[mv], sites[mv], s)
+        return Layout(s, rows, sites, False, (src,), mv, origin)
+    # the moved tuples, in layout order, are (row, site) pairs in row-major order whose
+    # source objects increase with the row: their (object, destination) classes are all
+    # distinct and in order, so fresh_per_class numbers them start, start + 1, ...:
+    # the k-th moved tuple (from 1) gets start + k - 1, a running count
+    origin = np.cumsum(mv, dtype=np.int64)
+    origin += _reserve(int(origin[-1])) - 1
+    held = unique(codes)  # the copies used in place (the tuples not moved) keep their objects
+    origin[held] = inp.origin[src[held]]
+    lay = Layout(s, rows, sites, False, (src,), mv, origin)
+    if inp.origins_distinct():  # new ids are new: distinct iff the input's (a small layout) are
+        object.__setattr__(lay, "_origins_distinct", True)
+    return lay
+
+
+_GRIDS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def _broadcast_grid(n: int, s: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, sites)`` of a broadcast of ``n`` rows to ``s`` sites —
+    ``np.repeat(np.arange(n), s)`` and ``np.tile(np.arange(s), n)`` — read-only and
+    shared by every layout that uses them (the search makes dozens of broadcasts of
+    one relation from differently placed inputs; kept while one of them lives)."""
+    rows, sites = _GRIDS.get((n, s, "rows")), _GRIDS.get((n, s, "sites"))
+    if rows is None or sites is None:
+        rows = np.empty(n * s, dtype=np.int64)
+        rows.reshape(n, s)[:] = np.arange(n)[:, None]
+        sites = np.empty(n * s, dtype=np.int64)
+        sites.reshape(n, s)[:] = np.arange(s)
+        rows.setflags(write=False)
+        sites.setflags(write=False)
+        _GRIDS[(n, s, "rows")], _GRIDS[(n, s, "sites")] = rows, sites
+    return rows, sites
 
 
 def _first_index(codes: np.ndarray, bound: int) -> np.ndarray:
@@ -195,7 +249,7 @@ def shuffle_layout(inp: Layout, t: RelationType, dest: np.ndarray) -> Layout:
     src[inp.rows[at_dest]] = np.flatnonzero(at_dest)  # a copy already there is used in place
     moved = np.ones(t.ntuples, bool)
     moved[inp.rows[at_dest]] = False
-    return Layout(s, rows, dest, False, (src,), moved, _moved_origin(inp.origin[src], dest, moved, s))
+    return Layout(s, rows, dest, False, (src,), moved, _moved_origin(inp.origin[src], dest, moved, s, copy=False))
 
 
 def join_layout(L: Layout, Lt: RelationType, R: Layout, Rt: RelationType, lo, ro, out_t: RelationType,
@@ -237,8 +291,12 @@ def _local_pairs(L: Layout, Lt: RelationType, R: Layout, Rt: RelationType, lo, r
         lcols = np.concatenate([Lt.keys[:, list(lo)][L.rows], L.sites[:, None]], axis=1)
         rcols = np.concatenate([Rt.keys[:, list(ro)][R.rows], R.sites[:, None]], axis=1)
         return join_pairs(lcols, rcols)
-    lc = kcode[: Lt.ntuples][L.rows] * s + L.sites
-    rc = kcode[Lt.ntuples:][R.rows] * s + R.sites
+    lc = kcode[: Lt.ntuples][L.rows]  # in place: a broadcast side has 10^7 physical tuples
+    lc *= s
+    lc += L.sites
+    rc = kcode[Lt.ntuples:][R.rows]
+    rc *= s
+    rc += R.sites
     return join_codes(lc, rc)
 
 
@@ -270,14 +328,15 @@ def _join_rows(lrows, lp, Lt: RelationType, rrows, rp, Rt: RelationType, rest, o
         return code, ok
 
     (lcode, lok), (rcode, rok) = part(Lt.keys, range(kl), 0), part(Rt.keys, rest, kl)
-    lcode, lok, rcode, rok = lcode[lrows], lok[lrows], rcode[rrows], rok[rrows]  # per physical tuple
+    lk, rk = lrows[lp], rrows[rp]  # the key of each pair's tuples (read per pair, not per physical
+    # tuple: a broadcast side has 10^7 physical tuples and a join meets few of them)
     # every pair is a key of out_t (the join of the inputs' key sets): check it
-    in_range = (lok.all() or lok[lp].all()) and (rok.all() or rok[rp].all())
-    code = lcode[lp]
-    code += rcode[rp]
+    in_range = (lok.all() or lok[lk].all()) and (rok.all() or rok[rk].all())
+    code = lcode[lk]
+    code += rcode[rk]
     rows = index.rows_of(code) if in_range else None
     if rows is None:
-        keys = np.concatenate([Lt.keys[lrows[lp]], Rt.keys[rrows[rp]][:, rest]], axis=1)
+        keys = np.concatenate([Lt.keys[lk], Rt.keys[rk][:, rest]], axis=1)
         return out_t.locate(keys)
     return rows
 

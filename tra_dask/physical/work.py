@@ -103,9 +103,13 @@ class NodeWork:
 
     # -- the task list ---------------------------------------------------------------------------------
     def _one_task_per_needed(self, kind: str):
+        self._one_task_each(kind, np.flatnonzero(self.need))
+
+    def _one_task_each(self, kind: str, idx: np.ndarray):
+        """Each of the tuples ``idx`` (ascending) is made by a task of its own."""
         self.kind = kind
-        self.task_tuple = np.flatnonzero(self.need)
-        self.made_by[self.task_tuple] = np.arange(len(self.task_tuple))
+        self.task_tuple = idx
+        self.made_by[idx] = np.arange(len(idx))
 
     def _one_task_per_group(self, kind: str, code: np.ndarray, idx: np.ndarray):
         """Tuples ``idx`` with equal ``code`` share one task, named by the first."""
@@ -198,6 +202,12 @@ def _derive_move(w: NodeWork, node):
     stay = np.flatnonzero(~lay.moved & w.need)
     w.alias[stay] = src[stay]  # already on its destination: the input's tuple itself
     idx = np.flatnonzero(lay.moved & w.need)
+    if lay.origins_distinct():
+        # a moved tuple's object is new per (source object, destination site)
+        # (layout.fresh_per_class): distinct objects are distinct groups, a task each
+        # — what grouping finds, without sorting the codes of 10^7 broadcast tuples
+        w._one_task_each("transfer", idx)
+        return
     origin = node.input.layout.origin[src[idx]]
     w._one_task_per_group("transfer", origin * lay.nsites + lay.sites[idx], idx)
 
