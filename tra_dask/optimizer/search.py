@@ -74,7 +74,9 @@ def _signature(node: PNode) -> bytes:
     sig = node.__dict__.get("_placement_signature")
     if sig is None:
         lay = node.layout
-        codes = np.sort(lay.rows.astype(np.int64) * lay.nsites + lay.sites)
+        codes = lay.rows.astype(np.int64) * lay.nsites + lay.sites
+        if len(codes) > 1 and not (codes[1:] >= codes[:-1]).all():  # a broadcast's are in order already
+            codes.sort()
         sig = hashlib.blake2b(codes.tobytes() + bytes([lay.partial]), digest_size=16).digest()
         if isinstance(node, (Broadcast, Shuffle)):  # what the enforcer moves matters to a rule above
             sig += _signature(node.input)
