@@ -35,7 +35,7 @@ def test_default_beam_finds_what_an_unbounded_beam_finds(kind, sites):
     unbounded) finds nothing better."""
     expr = _program(kind, np.random.default_rng(sites))
     obj = FewestBytes()
-    default, wide = obj(td.optimize(expr, sites=sites).cost), obj(td.optimize(expr, sites=sites, beam=10**6).cost)
+    default, wide = obj(td.optimize(expr, objective="bytes", sites=sites).cost), obj(td.optimize(expr, objective="bytes", sites=sites, beam=10**6).cost)
     if kind == "ffnn":
         # two outputs sharing the forward pass: per-output ranking does not see which
         # candidates share nodes, so a wider beam can crowd out the candidate that
@@ -69,7 +69,7 @@ def test_search_equals_brute_force_for_random_multiplies(blocks, sites, seed):
     i, k, j = blocks
     expr = matmul(_mat(rng, (2 * i, 2 * k), 2, "A"), _mat(rng, (2 * k, 2 * j), 2, "B"))
     space = enumerate_dp_space(list(td.compile(expr, sites).outputs), RULES, limit=4000)
-    assert FewestBytes()(td.optimize(expr, sites=sites).cost) == _best_key(space)
+    assert FewestBytes()(td.optimize(expr, objective="bytes", sites=sites).cost) == _best_key(space)
 
 
 @pytest.mark.parametrize("sites", [2, 5])
@@ -79,7 +79,7 @@ def test_search_equals_brute_force_for_matmul_plus_elementwise(sites):
                    (0, 1), (0, 1), "add")
     space = enumerate_dp_space(list(td.compile(expr, sites).outputs), RULES, limit=4000)
     assert len(space) > 1000  # (the space is large: the search prunes it to a few dozen)
-    assert FewestBytes()(td.optimize(expr, sites=sites).cost) == _best_key(space)
+    assert FewestBytes()(td.optimize(expr, objective="bytes", sites=sites).cost) == _best_key(space)
 
 
 @pytest.mark.parametrize("sites", [2, 3])
@@ -97,7 +97,7 @@ def test_search_equals_exhaustive_rewriting_on_tiny_programs(name, sites):
         "rekey+add": lambda: td.join(td.rekey(A, (k1, k0)), B, (0, 1), (0, 1), "add"),
     }[name]()
     space = enumerate_plans(td.compile(expr, sites).outputs, RULES, limit=1500)
-    assert FewestBytes()(td.optimize(expr, sites=sites).cost) == _best_key(space)
+    assert FewestBytes()(td.optimize(expr, objective="bytes", sites=sites).cost) == _best_key(space)
 
 
 def _keys_only(shape, blocks, name):
@@ -115,7 +115,7 @@ def _keys_only(shape, blocks, name):
 def test_matmul_plans_reach_the_communication_lower_bound(P, shape, blocks):
     m, k, n = shape
     A, B = _keys_only((m, k), blocks[:2], "A"), _keys_only((k, n), blocks[1:], "B")
-    plan = td.optimize(matmul(A, B), sites=P)
+    plan = td.optimize(matmul(A, B), objective="bytes", sites=P)
     bound = matmul_lower_bound(m, k, n, P) * P  # every site does its share, so each must receive the bound
     assert plan.cost.flops_balance <= 1.01
     assert bound <= plan.cost.floats_moved <= 1.3 * bound
@@ -125,7 +125,7 @@ def test_two_large_dims_on_8_sites_is_the_best_grid():
     """80000 x 10000 x 80000 on 8 sites: the bound needs a 2.83 x 1 x 2.83 grid; the
     best integer grids (2x1x4, 4x1x2) move 2x the bound, and the search finds one."""
     A, B = _keys_only((80_000, 10_000), (8, 1), "A"), _keys_only((10_000, 80_000), (1, 8), "B")
-    plan = td.optimize(matmul(A, B), sites=8)
+    plan = td.optimize(matmul(A, B), objective="bytes", sites=8)
     assert plan.cost.floats_moved == pytest.approx(2 * matmul_lower_bound(80_000, 10_000, 80_000, 8) * 8)
     assert any("2x1x4" in s or "4x1x2" in s for s in plan.strategies())
 
@@ -134,7 +134,7 @@ def test_grid_plans_compute_the_product():
     rng = np.random.default_rng(1)
     a, b = rng.normal(size=(8, 12)), rng.normal(size=(12, 8))
     expr = matmul(td.from_numpy(a, (2, 3), name="A"), td.from_numpy(b, (3, 2), name="B"))
-    plan = td.optimize(expr, sites=8)
+    plan = td.optimize(expr, objective="bytes", sites=8)
     grids = [p for p in [plan, *plan.alternatives] if any("grid of sites" in s for s in p.strategies())]
     assert grids
     for p in grids:
@@ -165,7 +165,7 @@ def test_balance_is_a_tie_breaker_not_a_gate():
     """The CLI's common-large-dim multiply on 3 sites in 4x4 blocks: the plan moving
     3.8 MiB at balance 1.5 beats one moving 488 MiB (main picked the latter)."""
     A, B = _keys_only((500, 32_000), (4, 4), "A"), _keys_only((32_000, 500), (4, 4), "B")
-    plan = td.optimize(matmul(A, B), sites=3)
+    plan = td.optimize(matmul(A, B), objective="bytes", sites=3)
     assert plan.cost.bytes_moved < 5 * 2**20
 
 
@@ -173,7 +173,7 @@ def test_serial_plans_lose():
     """A multiply whose result is one chunk: running every product on one site moves
     nothing, but leaves 7 of 8 sites idle; the objective counts that."""
     A, B = _keys_only((1000, 64_000), (1, 64), "A"), _keys_only((64_000, 1000), (64, 1), "B")
-    plan = td.optimize(matmul(A, B), sites=8)
+    plan = td.optimize(matmul(A, B), objective="bytes", sites=8)
     assert plan.cost.flops_balance < 1.05 and plan.cost.floats_moved > 0
 
 
@@ -194,30 +194,32 @@ def test_bad_input_is_a_clear_error():
     A, B = _keys_only((400, 400), (4, 4), "A"), _keys_only((400, 400), (4, 4), "B")
     e = matmul(A, B)
     with pytest.raises(ValueError, match="unknown cost_model 'bytes'; valid: exact, paper"):
-        td.optimize(e, sites=2, cost_model="bytes")
-    with pytest.raises(ValueError, match="unknown objective 'time'; valid: bytes"):
-        td.optimize(e, sites=2, objective="time")
+        td.optimize(e, objective="bytes", sites=2, cost_model="bytes")
+    with pytest.raises(ValueError, match="unknown objective 'speed'; valid: time, bytes"):
+        td.optimize(e, sites=2, objective="speed")
+    with pytest.raises(ValueError, match="a cluster spec is for the 'time' objective"):
+        td.optimize(e, sites=2, objective="bytes", cluster=td.ClusterSpec(2))
     with pytest.raises(TypeError, match="objective must be a name"):
         td.optimize(e, sites=2, objective=42)
     with pytest.raises(ValueError, match="beam must be an int >= 1, got 1.5"):
-        td.optimize(e, sites=2, beam=1.5)
+        td.optimize(e, objective="bytes", sites=2, beam=1.5)
     with pytest.raises(ValueError, match="budget must be an int >= 1, got '10'"):
-        td.optimize(e, sites=2, budget="10")
+        td.optimize(e, objective="bytes", sites=2, budget="10")
     with pytest.raises(ValueError, match="memory_limit 'lots' is not a size"):
-        td.optimize(e, sites=2, memory_limit="lots")
+        td.optimize(e, objective="bytes", sites=2, memory_limit="lots")
     with pytest.raises(ValueError, match="positive, finite number of bytes"):
-        td.optimize(e, sites=2, memory_limit=-1)
+        td.optimize(e, objective="bytes", sites=2, memory_limit=-1)
     # a size string is parsed as Dask parses it
-    free = td.optimize(e, sites=2)
-    assert td.optimize(e, sites=2, memory_limit="1GB").cost.floats_moved == free.cost.floats_moved
+    free = td.optimize(e, objective="bytes", sites=2)
+    assert td.optimize(e, objective="bytes", sites=2, memory_limit="1GB").cost.floats_moved == free.cost.floats_moved
     # no plan fits: the error names the smallest peak of any plan found
     with pytest.raises(ValueError, match=r"no plan fits in 1,000 bytes per site: the smallest peak .* is [\d,]+ bytes"):
-        td.optimize(e, sites=2, memory_limit="1kB")
+        td.optimize(e, objective="bytes", sites=2, memory_limit="1kB")
 
 
 def test_budget_cut_short_says_so():
     A, B = _keys_only((400, 400), (4, 4), "A"), _keys_only((400, 400), (4, 4), "B")
-    plan = td.optimize(matmul(A, B), sites=4, budget=5)
+    plan = td.optimize(matmul(A, B), objective="bytes", sites=4, budget=5)
     assert plan.search.truncated and "budget exhausted" in plan.explain()
     assert plan.search.rewrites == 5
 
@@ -230,7 +232,7 @@ def test_equal_nodes_built_apart_are_one_set_of_arrays():
     S = td.from_numpy(np.random.default_rng(0).random((2, 2)), (1, 1), name="S0")
     e = td.transform(td.join(td.filter(S, k0 == k0), S, (0, 1), (0, 1), "mul"), "row_sum")
     for sites in (2, 3):
-        plan = td.optimize(e, sites=sites)
+        plan = td.optimize(e, objective="bytes", sites=sites)
         for p in [plan, *plan.alternatives]:
             assert td.simulate(p).floats_moved == p.cost.floats_moved
 
@@ -242,7 +244,7 @@ def test_a_kernel_that_returns_its_input_still_makes_a_new_array():
     S = td.from_numpy(np.random.default_rng(0).normal(size=(2, 2)), (1, 1), name="S1")
     e = td.join(S, td.transform(S, "identity"), (1,), (1,), "mul")
     for sites in (2, 3):
-        plan = td.optimize(e, sites=sites)
+        plan = td.optimize(e, objective="bytes", sites=sites)
         for p in [plan, *plan.alternatives]:
             assert td.simulate(p).floats_moved == p.cost.floats_moved
 
@@ -254,6 +256,6 @@ def test_grids_for_a_contraction_of_vector_chunks():
     j = td.join(S, S, (), (), "add")
     e = td.aggregate(td.join(j, j, (0,), (0,), "add"), (1, 2), "add")
     ref = td.evaluate(e)
-    for p in [td.optimize(e, sites=2)]:
+    for p in [td.optimize(e, objective="bytes", sites=2)]:
         sim = td.simulate(p)
         assert all(np.allclose(sim.result[k], ref[k]) for k in ref)

@@ -67,10 +67,16 @@ def test_sketched_programs_compute_the_result(sites):
              nearest_neighbor(_src((9,), (2,), "q", rng), X, _src((9, 9), (2, 2), "M", rng)),
              ffnn_sgd_step(_src((14, 10), (2, 2), "X", rng), _src((14, 4), (2, 2), "Y", rng),
                            _src((10, 12), (2, 3), "W1", rng), _src((12, 4), (3, 2), "W2", rng), 0.1)]
+    sketched = 0
     for expr in exprs:
         with sketch_everything(floor=2):
             plan = check_every_plan(expr, sites)
-        assert plan.search.sketch is not None and plan.search.sketch["tuples"] < plan.search.sketch["full_tuples"]
+        sk = plan.search.sketch
+        # a sketch this coarse (2 blocks per dim) often co-locates by coincidence what is
+        # not co-located at full size: such plans fail to replay, and when all do the
+        # full search runs (plan.search.sketch is None) -- sound either way
+        sketched += sk is not None and sk["tuples"] < sk["full_tuples"]
+    assert sketched >= 2
 
 
 def _keys_only(shape, blocks, name):
@@ -89,7 +95,8 @@ def test_the_sketch_finds_the_full_searchs_plan_for_matmul(sites):
     try:
         for bi, bk, bj in [(16, 16, 16), (4, 64, 4), (24, 4, 24), (13, 7, 11)]:
             e = matmul(_keys_only((100 * bi, 100 * bk), (bi, bk), "A"), _keys_only((100 * bk, 100 * bj), (bk, bj), "B"))
-            sketched, full = td.optimize(e, sites=sites), td.optimize(e, sites=sites, sketch=False)
+            sketched = td.optimize(e, sites=sites, objective="bytes")
+            full = td.optimize(e, sites=sites, objective="bytes", sketch=False)
             assert sketched.search.sketch is not None and full.search.sketch is None
             assert sketched.cost.floats_moved == full.cost.floats_moved, (bi, bk, bj, sites)
     finally:
@@ -116,8 +123,14 @@ def test_what_is_not_sketched():
         assert td.optimize(matmul(A, B), sites=2).search.sketch is not None
         # a filter's predicate may name block indices
         assert td.optimize(matmul(td.filter(A, k0 <= k1), B), sites=2).search.sketch is None
-        # a memory limit: peaks do not scale with the block count
-        assert td.optimize(matmul(A, B), sites=2, memory_limit="1GB").search.sketch is None
+        # a memory limit: replayed plans are held to it at full size (peaks do not scale
+        # with the block count); when none fits, the full search finds one that does
+        peak = td.optimize(matmul(A, B), sites=2).cost.peak_bytes_per_site.max()
+        tight = td.optimize(matmul(A, B), sites=2, memory_limit=int(peak) - 1)
+        assert tight.cost.peak_bytes_per_site.max() < peak
+        smallest = min(p.cost.peak_bytes_per_site.max() for p in [tight, *tight.alternatives])
+        tighter = td.optimize(matmul(A, B), sites=2, memory_limit=int(smallest))
+        assert tighter.cost.peak_bytes_per_site.max() <= smallest
         # keys scattered site by site, keys that are not one per array dim, or asked not to
         assert td.optimize(matmul(A, B), sites=2, placements={"A": {k: 0 for k in A.keys}}).search.sketch is None
         F = td.from_chunks({(0,): np.ones((3, 3)), (1,): np.ones((3, 3)), (2,): np.ones((2, 3))}, name="F")

@@ -21,13 +21,14 @@ from .logical import (
     to_numpy,
     transform,
 )
-from .optimizer import Plan, compile, optimize
+from .optimizer import ClusterSpec, Plan, compile, optimize
 from .physical import All, KeySites, Part, simulate
 from .types import ArrayType, RelationType
 
 __version__ = "0.1.0"
 
 _RUNTIME = ("submit", "compute", "plan_for", "from_dask_array", "RelationFutures")
+_CALIBRATE = ("calibrate", "cluster_spec")
 
 
 def __getattr__(name):
@@ -36,6 +37,10 @@ def __getattr__(name):
         from . import runtime
 
         return getattr(runtime, name)
+    if name in _CALIBRATE:
+        import importlib
+
+        return getattr(importlib.import_module(".calibration", __name__), name)
     raise AttributeError(f"module 'tra_dask' has no attribute {name!r}")
 
 __all__ = [
@@ -43,5 +48,6 @@ __all__ = [
     "from_numpy", "from_chunks", "from_function",
     "aggregate", "join", "rekey", "filter", "transform", "tile", "concat",
     "evaluate", "to_numpy", "compile", "optimize", "simulate", "submit", "compute", "plan_for", "from_dask_array", "RelationFutures", "Plan", "All", "Part", "KeySites",
+    "ClusterSpec", "calibrate", "cluster_spec",
     "keys", "kernels", "programs", "k", "k0", "k1", "k2", "k3",
 ]

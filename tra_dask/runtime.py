@@ -15,7 +15,6 @@ import os
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Mapping
 
 import dask
@@ -226,9 +225,14 @@ def _cluster_placements(expr, client: Client, workers: list[str]) -> dict:
 
 
 def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool = True,
-         memory_limit: float | None = None, cost_model: str = "exact") -> Plan:
+             memory_limit: float | None = None, cost_model: str = "exact", objective=None,
+             calibrate: bool = True) -> Plan:
     """The plan :func:`submit` would run for ``expr`` on ``client``'s workers (with the
-    fixed placements of data already on the cluster), without running it."""
+    fixed placements of data already on the cluster), without running it.
+
+    With the default ``"time"`` objective the plan is chosen for this cluster: it is
+    measured once (:func:`tra_dask.calibrate`, about a second) and the spec cached per
+    cluster; ``calibrate=False`` uses the defaults instead."""
     client, workers = _resolve(client, sites)
     if not isinstance(expr, (Relation, tuple, list, dict)) and hasattr(expr, "__tra_relation__"):
         expr = expr.__tra_relation__()
@@ -237,12 +241,17 @@ def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool =
         return compile(expr, sites=len(workers), placements=placements, cost_model=cost_model)
     if memory_limit is None:
         memory_limit = _workers_memory_limit(client, workers)
+    cluster = None
+    if objective in (None, "time"):
+        from .calibration import cluster_spec
+
+        cluster = cluster_spec(client, calibrate_=calibrate).with_sites(len(workers))
     return _optimize(expr, sites=len(workers), placements=placements, memory_limit=memory_limit,
-                     cost_model=cost_model)
+                     cost_model=cost_model, objective=objective, cluster=cluster)
 
 
 def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: bool = True,
-           memory_limit: float | None = None, cost_model: str = "exact"):
+           memory_limit: float | None = None, cost_model: str = "exact", objective=None, calibrate: bool = True):
     """Run a TRA expression (or a Plan) on a Dask cluster; futures back.
 
     Parameters
@@ -256,6 +265,11 @@ def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: 
         Search for the cheapest plan (default); False runs the paper's compiled plan.
     memory_limit : bytes per site, optional
         Default: the smallest memory limit of the chosen workers (if they have one).
+    objective : "time" (default), "bytes" or an Objective
+        What the optimizer minimises (see :func:`tra_dask.optimize`).
+    calibrate : bool
+        For the time objective: measure the cluster once (cached) rather than use
+        the default :class:`~tra_dask.ClusterSpec`.
 
     Returns
     -------
@@ -269,7 +283,7 @@ def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: 
         _check_plan_sources(plan, client, workers)
     else:
         plan = plan_for(expr_or_plan, client, workers, optimize=optimize, memory_limit=memory_limit,
-                        cost_model=cost_model)
+                        cost_model=cost_model, objective=objective, calibrate=calibrate)
     return _run(plan, client, workers)
 
 
@@ -352,7 +366,7 @@ def _publish(plan: Plan, lowered: Lowered, client: Client) -> None:
 def compute(expr, client: Client | None = None, sites=None, progress: bool = True, **kw):
     """Run ``expr`` and gather: ``{key: chunk}`` (or a tuple/dict of them), with Dask's
     progress bar (``progress=False`` for none).  Keyword arguments go to
-    :func:`submit` (``optimize``, ``memory_limit``, ``cost_model``)."""
+    :func:`submit` (``optimize``, ``memory_limit``, ``cost_model``, ``objective``, ``calibrate``)."""
     out = submit(expr, client=client, sites=sites, **kw)
     items, rebuild = _flatten_futures(out)
     if progress:

@@ -1,8 +1,9 @@
-"""Compilation TRA → IA and the cost model (the rules and the search arrive next)."""
+"""Compilation TRA → IA, the cost and time models, the rules, the search."""
 
+from .cluster import ClusterSpec
 from .compile import compile, default_placement
 from .optimize import optimize
 from .cost import COST_MODELS, Cost, NodeCost, node_cost, plan_cost
 from .plan import Plan
 
-__all__ = ["optimize", "compile", "default_placement", "Plan", "Cost", "NodeCost", "node_cost", "plan_cost", "COST_MODELS"]
+__all__ = ["ClusterSpec", "optimize", "compile", "default_placement", "Plan", "Cost", "NodeCost", "node_cost", "plan_cost", "COST_MODELS"]

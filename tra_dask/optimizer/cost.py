@@ -41,6 +41,9 @@ class NodeCost:
     peak_bytes_per_site: np.ndarray  # inputs + output, while the node runs
     flops_per_site: np.ndarray
     tasks: int = 0                   # Dask tasks the lowering makes for this node
+    tasks_per_site: np.ndarray | None = None  # ... on each site
+    recv_per_site: np.ndarray | None = None   # floats arriving at each site (a move)
+    send_per_site: np.ndarray | None = None   # floats leaving each site (a move)
 
     @property
     def keys(self) -> int:
@@ -69,6 +72,8 @@ class Cost:
     peak_bytes_per_site: np.ndarray
     flops_per_site: np.ndarray
     nodes: dict = field(repr=False)  # PNode -> NodeCost
+    seconds: float | None = None     # predicted makespan, when costed for a cluster (optimizer/time.py)
+    node_seconds: dict | None = field(default=None, repr=False)  # PNode -> seconds of its busiest site
 
     @property
     def tasks(self) -> int:
@@ -182,17 +187,28 @@ def node_cost(node: PNode, model: str = "exact", need: dict | None = None) -> No
     held = _bytes_per_site(node, need[node])
     peak = held + sum((_bytes_per_site(c, need[c]) for c in node.children), np.zeros(node.nsites, dtype=np.int64))
     floats = _floats_moved(node, model, need[node])
+    ntasks, per_site, recv, send = _tasks(node, need[node])
     return NodeCost(node, floats, floats * node.type.dtype.itemsize, held, peak,
-                    _flops_per_site(node, need[node]), _tasks(node, need[node]))
+                    _flops_per_site(node, need[node]), ntasks, per_site, recv, send)
 
 
-def _tasks(node: PNode, need: np.ndarray) -> int:
-    """Tasks the lowering makes for this node: :mod:`tra_dask.physical.work`'s
+def _tasks(node: PNode, need: np.ndarray) -> tuple:
+    """Tasks the lowering makes for this node — :mod:`tra_dask.physical.work`'s
     derivation, which the lowering emits as is (one task per array the node creates;
-    aliases, copies of one kernel call and one transfer share one)."""
+    aliases, copies of one kernel call and one transfer share one) — in all and per
+    site, and for a move the floats each site receives and sends (the time model's
+    inputs)."""
     from ..physical.work import node_work
 
-    return node_work(node, need).ntasks
+    w = node_work(node, need)
+    s = node.nsites
+    per_site = np.bincount(w.task_site, minlength=s) if w.ntasks else np.zeros(s, np.int64)
+    recv = send = None
+    if w.kind == "transfer" and len(w.task_tuple):
+        f = w.task_floats.astype(np.float64)
+        recv = np.bincount(w.task_site, weights=f, minlength=s)
+        send = np.bincount(w.task_src, weights=f, minlength=s)
+    return w.ntasks, per_site, recv, send
 
 
 _MEMO_PER_NODE = 64  # demand patterns remembered per node
@@ -283,7 +299,12 @@ def _one_transfer_per_array_and_site(nodes, need, per, digests: dict | None = No
     out = dict(per)
     for n, f in zip(movers, per_node):
         if f != per[n].floats_moved:
-            out[n] = dataclasses.replace(per[n], floats_moved=f, bytes_moved=f * n.type.dtype.itemsize)
+            c = per[n]
+            scale = f / c.floats_moved if c.floats_moved else 0.0  # per site: in proportion (time model)
+            out[n] = dataclasses.replace(
+                c, floats_moved=f, bytes_moved=f * n.type.dtype.itemsize,
+                recv_per_site=None if c.recv_per_site is None else c.recv_per_site * scale,
+                send_per_site=None if c.send_per_site is None else c.send_per_site * scale)
     return out
 
 

@@ -35,7 +35,7 @@ from typing import Protocol, runtime_checkable
 
 from .cost import Cost
 
-__all__ = ["Objective", "FewestBytes", "OBJECTIVES", "as_objective", "parse_memory_limit"]
+__all__ = ["Objective", "FewestBytes", "FastestTime", "OBJECTIVES", "as_objective", "parse_memory_limit"]
 
 
 @runtime_checkable
@@ -75,22 +75,84 @@ class FewestBytes:
         return f"FewestBytes({lim})"
 
 
-OBJECTIVES = {"bytes": FewestBytes}
+class FastestTime:
+    """Least predicted seconds on a cluster (:mod:`tra_dask.optimizer.time`: a
+    critical-path model over the plan's work), subject to memory; floats moved,
+    tasks and tuples break ties.
+
+    ``cluster``: a :class:`~tra_dask.optimizer.cluster.ClusterSpec` (from
+    :func:`tra_dask.calibrate`, or by hand); None uses the defaults for the plan's
+    number of sites.  ``memory_limit`` (bytes per site) defaults to the cluster's
+    ``memory_per_site`` when a cluster is given, else no limit."""
+
+    name = "time"
+
+    def __init__(self, memory_limit: float | None = None, cluster=None):
+        from .cluster import ClusterSpec
+
+        if cluster is not None and not isinstance(cluster, ClusterSpec):
+            raise TypeError(f"cluster must be a td.ClusterSpec (see td.calibrate), got {type(cluster).__name__}")
+        self.cluster = cluster
+        if memory_limit is None and cluster is not None:
+            memory_limit = cluster.memory_per_site
+        self.memory_limit = parse_memory_limit(memory_limit)
+        self._specs: dict = {}
+
+    def spec(self, sites: int):
+        """The cluster the plans run on, for ``sites`` sites."""
+        from .cluster import ClusterSpec
+
+        got = self._specs.get(sites)
+        if got is None:
+            got = self._specs[sites] = (ClusterSpec(sites=sites) if self.cluster is None
+                                        else self.cluster.with_sites(sites) if self.cluster.sites != sites
+                                        else self.cluster)
+        return got
+
+    def seconds(self, cost: Cost) -> float:
+        from .time import plan_seconds
+
+        return plan_seconds(cost, self.spec(cost.sites))[0]
+
+    def annotate(self, cost: Cost) -> Cost:
+        """``cost`` with its predicted seconds filled in."""
+        from .time import with_seconds
+
+        return with_seconds(cost, self.spec(cost.sites))
+
+    def __call__(self, cost: Cost) -> tuple:
+        peak = float(cost.peak_bytes_per_site.max())
+        over = self.memory_limit is not None and peak > self.memory_limit
+        return (over, peak if over else 0.0, self.seconds(cost), cost.floats_moved, cost.tasks, cost.tuples)
+
+    def __repr__(self):
+        lim = "" if self.memory_limit is None else f"memory_limit={self.memory_limit:,.0f}, "
+        return f"FastestTime({lim}cluster={self.cluster!r})"
 
 
-def as_objective(spec, memory_limit=None) -> Objective:
+OBJECTIVES = {"time": FastestTime, "bytes": FewestBytes}
+DEFAULT_OBJECTIVE = "time"
+
+
+def as_objective(spec, memory_limit=None, cluster=None) -> Objective:
     """An objective from a name in :data:`OBJECTIVES`, an Objective instance, or None
-    (the default, ``"bytes"``)."""
+    (the default, ``"time"``).  ``cluster`` (a ClusterSpec) is for ``"time"``."""
     if spec is None:
-        spec = "bytes"
+        spec = DEFAULT_OBJECTIVE
     if isinstance(spec, str):
         if spec not in OBJECTIVES:
             raise ValueError(f"unknown objective {spec!r}; valid: {', '.join(OBJECTIVES)} (or an Objective: "
                              f"a callable cost -> sortable key with .name and .memory_limit)")
+        if spec == "time":
+            return FastestTime(memory_limit, cluster)
+        if cluster is not None:
+            raise ValueError(f"a cluster spec is for the 'time' objective, not {spec!r}")
         return OBJECTIVES[spec](memory_limit)
     if isinstance(spec, Objective):
         if memory_limit is not None:
             raise ValueError("pass memory_limit to the objective itself when you give an Objective instance")
+        if cluster is not None:
+            raise ValueError("pass the cluster to the objective itself when you give an Objective instance")
         return spec
     raise TypeError(f"objective must be a name ({', '.join(OBJECTIVES)}) or an Objective "
                     f"(callable cost -> key, with .name and .memory_limit), got {spec!r}")

@@ -20,7 +20,7 @@ from ..node import canonical, toposort
 from ..physical import PlacementError
 from .compile import _resolve_placements, compile
 from .cost import COST_MODELS, plan_cost
-from .objective import as_objective
+from .objective import FastestTime, as_objective
 from .plan import Plan, Stage
 from .rules import RULES
 from .search import SearchResult, search
@@ -32,16 +32,21 @@ _REPLAY_TUPLES = 4_000_000  # full-size tuples worth of sketch plans replayed (a
 
 
 def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, placements=None,
-             *, objective=None, budget: int = 50_000, beam: int = 6, rules=RULES, sketch: bool = True) -> Plan:
+             *, objective=None, cluster=None, budget: int = 50_000, beam: int = 6, rules=RULES,
+             sketch: bool = True) -> Plan:
     """Compile ``expr`` for ``sites`` sites and search for the cheapest equivalent plan.
 
-    ``objective`` says what cheapest means: ``"bytes"`` (the default,
-    :class:`~tra_dask.optimizer.objective.FewestBytes`: peak bytes per site within
-    ``memory_limit``, then the fewest floats moved under ``cost_model``, with
-    balance, tasks and tuples as tie-breakers) or any
-    :class:`~tra_dask.optimizer.objective.Objective`.  ``memory_limit`` is bytes per
-    site, a number or a size string like ``"1GB"``.  ``beam``: placements kept per
-    plan node; ``budget``: rewrites tried before the search stops early.
+    ``objective`` says what cheapest means: ``"time"`` (the default,
+    :class:`~tra_dask.optimizer.objective.FastestTime`: least predicted seconds on
+    ``cluster``, a :class:`~tra_dask.optimizer.cluster.ClusterSpec` — from
+    :func:`tra_dask.calibrate`, or the defaults for ``sites`` sites), ``"bytes"``
+    (:class:`~tra_dask.optimizer.objective.FewestBytes`: the fewest floats moved
+    under ``cost_model``, the busiest site's flops at an exchange rate, tasks and
+    tuples as tie-breakers) or any :class:`~tra_dask.optimizer.objective.Objective`.
+    Memory is a hard constraint: ``memory_limit`` is bytes per site, a number or a
+    size string like ``"1GB"`` (default: the cluster's memory per site when a
+    cluster is given, else none).  ``beam``: placements kept per plan node;
+    ``budget``: rewrites tried before the search stops early.
     ``sketch``: plan a large expression on a sketch of it (:mod:`.sketch`);
     False searches at full size however long it takes.
 
@@ -52,12 +57,12 @@ def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, pla
     """
     if cost_model not in COST_MODELS:
         raise ValueError(f"unknown cost_model {cost_model!r}; valid: {', '.join(COST_MODELS)}")
-    obj = as_objective(objective, memory_limit)
+    obj = as_objective(objective, memory_limit, cluster)
     outputs, rebuild = flatten_outputs(expr)
     stages: list = []
     res = None
     sk = None
-    if sketch and obj.memory_limit is None:  # peaks do not scale with the block count: a limit plans at full size
+    if sketch:
         sources = [n for n in toposort(outputs) if isinstance(n, Source)]
         sk = make_sketch(outputs, sites, _resolve_placements(placements, sources, sites))
     if sk is not None:
@@ -79,9 +84,10 @@ def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, pla
     best = _plan(res.best, rebuild, sites, cost_model, expr, res.best_cost)
     stages.append(Stage("check", best, time.perf_counter() - t0,
                         "outputs are the expression's relations; peak within the memory limit"))
-    alternatives = [_plan(outs, rebuild, sites, cost_model, expr, cost)
+    timed = obj if hasattr(obj, "annotate") else FastestTime(cluster=cluster)  # seconds are always reported
+    alternatives = [_plan(outs, rebuild, sites, cost_model, expr, timed.annotate(cost))
                     for outs, cost in res.alternatives if outs != res.best]
-    return Plan(res.best, rebuild, sites, cost_model, expr, cost=res.best_cost, compiled=compiled,
+    return Plan(res.best, rebuild, sites, cost_model, expr, cost=timed.annotate(res.best_cost), compiled=compiled,
                 search=res, alternatives=alternatives, stages=stages)
 
 
@@ -124,6 +130,9 @@ def _search_sketch(expr, outputs, sk, sites, cost_model, obj, budget, beam, rule
         return None
     costed = sorted(((c, plan_cost(c, cost_model)) for c in replayed), key=lambda oc: obj(oc[1]))
     best, best_cost = costed[0]
+    limit = obj.memory_limit
+    if limit is not None and float(best_cost.peak_bytes_per_site.max()) > limit:
+        return None  # peaks do not scale with the block count: let the full search find one that fits
     sk.report = {"factor": sk.factor, "tuples": sk.tuples, "full_tuples": sk.full_tuples,
                  "replayed": len(replayed), "not_replayable": failed}
     stages.append(Stage("replay", _plan(best, lambda rs: rs[0] if len(rs) == 1 else tuple(rs), sites, cost_model,

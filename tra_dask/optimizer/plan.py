@@ -13,6 +13,10 @@ from .._format import fmt_bytes as _fmt_bytes
 __all__ = ["Plan", "Stage", "COST_MODELS"]
 
 
+def _fmt_seconds(t: float) -> str:
+    return f"{t * 1e3:.3g} ms" if t < 1 else f"{t:.3g} s"
+
+
 @dataclass(frozen=True)
 class Stage:
     """One named step of :func:`~tra_dask.optimize` (``plan.stages``): the plan it
@@ -134,6 +138,9 @@ class Plan:
             f"{_fmt_bytes(c.peak_bytes_per_site.max())}/site; flops/site max {flops.max():.3g}, "
             f"mean {flops.mean():.3g} (balance {c.flops_balance:.2f})",
         ]
+        if c.seconds is not None:
+            lines.append(f"  predicted time {_fmt_seconds(c.seconds)} (critical path of per-node times: "
+                         f"kernels + task overhead + transfers on the busiest site)")
         strategies = self.strategies()
         if strategies:
             lines.append("  strategy: " + "; ".join(strategies))
@@ -167,9 +174,10 @@ class Plan:
             if params:
                 head += f"({params})"
             free = "" if node._op != "source" else (" free" if node.free else " fixed")
+            secs = "" if c.node_seconds is None else f"  time={_fmt_seconds(c.node_seconds[node])}"
             lines.append(
                 f"{pad}{head}  [{node.placement!r}{free}]  tuples={nc.keys}/{nc.tuples}  "
-                f"moved={nc.floats_moved:,}  peak={_fmt_bytes(nc.peak_bytes_per_site.max())}/site"
+                f"moved={nc.floats_moved:,}  peak={_fmt_bytes(nc.peak_bytes_per_site.max())}/site{secs}"
             )
             for ch in node.children:
                 walk(ch, depth + 1)

@@ -1,0 +1,161 @@
+"""The time model: ClusterSpec, td.calibrate, predicted seconds, the "time" objective."""
+
+import json
+import logging
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+import tra_dask as td
+from tra_dask.optimizer.cost import plan_cost
+from tra_dask.optimizer.time import kernel_class, plan_seconds
+from tra_dask.physical import Broadcast, Shuffle
+from tra_dask.physical.work import plan_work
+from tra_dask.programs import ffnn_sgd_step, matmul, nearest_neighbor
+
+
+def _mat(rng, shape, chunks, name):
+    return td.from_numpy(rng.normal(size=shape), chunks, name=name)
+
+
+def _programs():
+    rng = np.random.default_rng(5)
+    A, B = _mat(rng, (400, 300), (100, 100), "A"), _mat(rng, (300, 200), (100, 50), "B")
+    return {
+        "matmul": matmul(A, B),
+        "nn": nearest_neighbor(_mat(rng, (60,), (20,), "q"), _mat(rng, (300, 60), (50, 20), "X"),
+                               _mat(rng, (60, 60), (20, 20), "M")),
+        "ffnn": ffnn_sgd_step(_mat(rng, (80, 40), (20, 20), "X"), _mat(rng, (80, 10), (20, 10), "Y"),
+                              _mat(rng, (40, 60), (20, 20), "W1"), _mat(rng, (60, 10), (20, 10), "W2"), 0.1),
+    }
+
+
+SPEC = td.ClusterSpec(3, memory_per_site=2e9, bandwidth=2e8, rates={"blas": 1e10, "elementwise": 5e8},
+                      task_overhead=2e-3, threads=2)
+
+
+def _by_hand(plan, spec):
+    """The makespan recomputed from physical.work's derivation (tasks and transfers
+    read off the work, not off the cost), with the same formula."""
+    work = plan_work(plan.outputs)
+    cost = plan.cost
+    recv = {n: np.zeros(plan.sites) for n in work.order}
+    send = {n: np.zeros(plan.sites) for n in work.order}
+    for x in work.transfers:
+        recv[x.node][x.dest] += x.floats
+        send[x.node][x.src] += x.floats
+    finish = {}
+    for n in work.order:
+        w = work[n]
+        t = np.bincount(w.task_site, minlength=plan.sites) * spec.task_overhead if w.ntasks else np.zeros(plan.sites)
+        flops = cost.nodes[n].flops_per_site
+        if flops.any():
+            t = t + flops / (spec.rates[kernel_class(getattr(n, "kernel", None) or getattr(n.op, "kernel", None))]
+                             * spec.threads)
+        if isinstance(n, (Broadcast, Shuffle)):
+            t = t + np.maximum(recv[n], send[n]) * n.type.dtype.itemsize / spec.link_bandwidth
+        finish[n] = float(t.max()) + max((finish[c] for c in n.children), default=0.0)
+    return max(finish[o] for o in plan.outputs)
+
+
+@pytest.mark.parametrize("name", ["matmul", "nn", "ffnn"])
+def test_predicted_seconds_are_the_formula_over_the_work(name):
+    expr = _programs()[name]
+    plan = td.optimize(expr, sites=3, cluster=SPEC)
+    assert plan.cost.seconds == pytest.approx(_by_hand(plan, SPEC), rel=1e-9)
+    for alt in plan.alternatives[:5]:
+        assert alt.cost.seconds == pytest.approx(_by_hand(alt, SPEC), rel=1e-9)
+    # the chosen plan is the fastest the search kept (ties broken by bytes)
+    assert plan.cost.seconds <= min(a.cost.seconds for a in plan.alternatives) + 1e-12
+    assert "predicted time" in plan.explain() and "time=" in plan.explain()
+
+
+def test_imbalance_and_slow_links_cost_time():
+    rng = np.random.default_rng(0)
+    A, B = _mat(rng, (800, 800), (200, 200), "A"), _mat(rng, (800, 800), (200, 200), "B")
+    e = matmul(A, B)
+    c = plan_cost(td.compile(e, 4).outputs)
+    fast, slow = td.ClusterSpec(4, bandwidth=1e10), td.ClusterSpec(4, bandwidth=1e7)
+    assert plan_seconds(c, slow)[0] > plan_seconds(c, fast)[0]
+    # the data on site 0: computing there moves only the result, but the time objective spreads
+    # the products over the four sites, and predicts that faster
+    at0 = {"A": {k: 0 for k in A.keys}, "B": {k: 0 for k in B.keys}}
+    serial = td.compile(e, 4, placements=at0)
+    assert serial.cost.flops_balance > 3.9  # every product on site 0
+    spread = td.optimize(e, sites=4, placements=at0, cluster=fast)
+    assert spread.cost.floats_moved > 0 and spread.cost.flops_balance < 2
+    assert spread.cost.seconds < plan_seconds(serial.cost, fast)[0]
+
+
+def test_a_slow_network_prefers_moving_less_and_a_fast_one_balancing():
+    """The same multiply on 3 sites: with a 10 MB/s link the fastest plan moves fewer
+    bytes than with a 10 GB/s link, where balancing the products wins."""
+    A = td.from_function(lambda k: None, (500, 32000), (125, 8000), "float64", name="A")
+    B = td.from_function(lambda k: None, (32000, 500), (8000, 125), "float64", name="B")
+    e = matmul(A, B)
+    slow = td.optimize(e, sites=3, cluster=td.ClusterSpec(3, bandwidth=1e7))
+    fast = td.optimize(e, sites=3, cluster=td.ClusterSpec(3, bandwidth=1e10, rates={"blas": 1e9}))
+    assert slow.cost.floats_moved < fast.cost.floats_moved
+    assert fast.cost.flops_balance < slow.cost.flops_balance
+
+
+def test_cluster_spec_bad_input_and_a_file(tmp_path):
+    for kw, msg in [({"bandwidth": 0}, "bandwidth must be a positive"),
+                    ({"memory_per_site": -1}, "memory_per_site must be a positive"),
+                    ({"task_overhead": float("inf")}, "task_overhead must be a positive, finite"),
+                    ({"rates": {"blas": 0}}, r"rates\['blas'\] must be a positive"),
+                    ({"rates": {"gpu": 1e12}}, "unknown kernel class 'gpu'"),
+                    ({"threads": 0}, "threads must be an int >= 1"),
+                    ({"hosts": (0, 1)}, "hosts names 2 sites' hosts; the cluster has 3")]:
+        with pytest.raises(ValueError, match=msg):
+            td.ClusterSpec(3, **kw)
+    with pytest.raises(ValueError, match="sites must be an int >= 1"):
+        td.ClusterSpec(0)
+    with pytest.raises(TypeError, match="cluster must be a td.ClusterSpec"):
+        td.optimize(_programs()["matmul"], sites=3, cluster={"bandwidth": 1})
+    path = tmp_path / "spec.json"
+    SPEC.save(path)
+    assert td.ClusterSpec.load(path) == SPEC
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"sites": 2, "bandwith": 1e9}))
+    with pytest.raises(ValueError, match=r"unknown ClusterSpec fields \['bandwith'\]"):
+        td.ClusterSpec.load(bad)
+    # the cluster's memory is a hard limit
+    with pytest.raises(ValueError, match="no plan fits in 1,000 bytes per site"):
+        td.optimize(_programs()["matmul"], sites=3, cluster=td.ClusterSpec(3, memory_per_site=1000))
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as c:
+        with Client(c) as client:
+            yield client
+
+
+def test_calibrate_a_local_cluster(cluster):
+    spec = td.calibrate(cluster)
+    assert spec.sites == 2 and spec.threads == 1 and spec.hosts == (0, 0)
+    assert spec.rates["blas"] > spec.rates["elementwise"] > 0  # a matrix product runs faster per flop
+    assert 1e7 < spec.bandwidth < 1e12 and 0 < spec.task_overhead < 0.5
+    info = cluster.scheduler_info()["workers"]
+    assert spec.memory_per_site == min(w["memory_limit"] for w in info.values())
+    assert "calibrated on tcp://127.0.0.1:" in spec.source
+    # cached per cluster: the runtime measures once
+    assert td.cluster_spec(cluster) is td.cluster_spec(cluster)
+    # a plan for it runs and its bytes are as predicted
+    rng = np.random.default_rng(1)
+    e = matmul(_mat(rng, (300, 200), (100, 100), "A"), _mat(rng, (200, 100), (100, 50), "B"))
+    rf = td.submit(e, client=cluster)
+    assert rf.plan.cost.seconds is not None and rf.transfers() == rf.plan.cost.bytes_moved
+    np.testing.assert_allclose(rf.to_numpy(), td.to_numpy(e))
+
+
+def test_calibrate_bad_input():
+    with pytest.raises(TypeError, match="calibrate needs a distributed.Client"):
+        td.calibrate("tcp://127.0.0.1:8786")
+    with LocalCluster(n_workers=0, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0") as c:
+        with Client(c) as client:
+            with pytest.raises(RuntimeError, match="the cluster has no workers"):
+                td.calibrate(client)

@@ -1,0 +1,132 @@
+"""A description of the cluster a plan runs on: what the time model needs.
+
+:class:`ClusterSpec` holds, per site (one Dask worker): memory, threads, the rate of
+each kernel class, the per-task overhead, and the bandwidth between two workers
+(within one host, and between hosts where they differ).  The defaults are honest for
+a laptop-class machine (measured on the 2-core development VM, see
+``benchmarks/README.md``); :func:`tra_dask.calibrate` measures a real cluster.
+
+Kernel classes: ``"blas"`` (matmul and products built on it: compute-bound, rate in
+flops/s) and ``"elementwise"`` (everything else: memory-bound, rate in
+elements/s of output touched — ``Kernel.flops`` of an elementwise kernel is one per
+element).  A site's kernel time is ``flops / rate / threads`` plus ``task_overhead``
+per task.
+
+A spec is a small JSON file (:meth:`ClusterSpec.save`, :meth:`ClusterSpec.load`), so
+a user can calibrate once and reuse it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+
+__all__ = ["ClusterSpec", "DEFAULT_RATES"]
+
+# measured on the development VM (2 cores, OpenBLAS, one thread per worker):
+# ~55 GFLOP/s float64 matmul at 512-2048, ~0.25-0.5 G elements/s for numpy add on
+# large arrays; worker-to-worker transfers 0.4-0.5 GB/s; ~1 ms per pinned task end
+# to end (scheduler + worker)
+DEFAULT_RATES = {"blas": 5e10, "elementwise": 3e8}
+
+
+def _positive(where: str, name: str, v) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0) or math.isinf(v):
+        raise ValueError(f"{where}: {name} must be a positive, finite number, got {v!r}")
+    return float(v)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What the time model knows about a cluster (module doc).
+
+    ``sites``: workers.  ``memory_per_site``: bytes.  ``bandwidth``: bytes/s between
+    two workers on different hosts; ``bandwidth_local``: within one host (default:
+    ``bandwidth``).  ``hosts``: the host of each site (default: all on one host).
+    ``rates``: kernel class -> rate per thread.  ``task_overhead``: seconds per
+    task.  ``threads``: per worker.  ``source``: where the numbers come from."""
+
+    sites: int
+    memory_per_site: float = 4e9
+    bandwidth: float = 4.5e8
+    bandwidth_local: float | None = None
+    hosts: tuple | None = None
+    rates: dict = field(default_factory=lambda: dict(DEFAULT_RATES))
+    task_overhead: float = 1e-3
+    threads: int = 1
+    source: str = "defaults (a laptop-class machine)"
+
+    def __post_init__(self):
+        where = "ClusterSpec"
+        if isinstance(self.sites, bool) or not isinstance(self.sites, int) or self.sites < 1:
+            raise ValueError(f"{where}: sites must be an int >= 1, got {self.sites!r}")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
+            raise ValueError(f"{where}: threads must be an int >= 1, got {self.threads!r}")
+        for name in ("memory_per_site", "bandwidth", "task_overhead"):
+            object.__setattr__(self, name, _positive(where, name, getattr(self, name)))
+        local = self.bandwidth if self.bandwidth_local is None else self.bandwidth_local
+        object.__setattr__(self, "bandwidth_local", _positive(where, "bandwidth_local", local))
+        rates = dict(DEFAULT_RATES)
+        if not isinstance(self.rates, dict):
+            raise TypeError(f"{where}: rates must be a dict {{kernel class: rate}}, got {self.rates!r}")
+        for k, v in self.rates.items():
+            if k not in DEFAULT_RATES:
+                raise ValueError(f"{where}: unknown kernel class {k!r} in rates; valid: {', '.join(DEFAULT_RATES)}")
+            rates[k] = _positive(where, f"rates[{k!r}]", v)
+        object.__setattr__(self, "rates", rates)
+        hosts = (0,) * self.sites if self.hosts is None else tuple(self.hosts)
+        if len(hosts) != self.sites:
+            raise ValueError(f"{where}: hosts names {len(hosts)} sites' hosts; the cluster has {self.sites} sites")
+        object.__setattr__(self, "hosts", hosts)
+
+    def __hash__(self):
+        return hash((self.sites, self.memory_per_site, self.bandwidth, self.bandwidth_local, self.hosts,
+                     tuple(sorted(self.rates.items())), self.task_overhead, self.threads))
+
+    @property
+    def single_host(self) -> bool:
+        return len(set(self.hosts)) == 1
+
+    @property
+    def link_bandwidth(self) -> float:
+        """The bandwidth a transfer between two sites gets (the slower of the two
+        kinds of link when the sites span hosts)."""
+        return self.bandwidth_local if self.single_host else min(self.bandwidth, self.bandwidth_local)
+
+    def with_sites(self, sites: int) -> "ClusterSpec":
+        """The same machines' rates for another number of sites (one host each
+        beyond the known ones)."""
+        hosts = self.hosts[:sites] + tuple(range(len(self.hosts), len(self.hosts) + max(0, sites - len(self.hosts))))
+        return dataclasses.replace(self, sites=sites, hosts=hosts)
+
+    # -- a small file ------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["hosts"] = list(self.hosts)
+        return d
+
+    def save(self, path) -> None:
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=1)
+
+    @classmethod
+    def load(cls, path) -> "ClusterSpec":
+        with open(path) as f:
+            d = json.load(f)
+        if not isinstance(d, dict) or "sites" not in d:
+            raise ValueError(f"{path}: not a saved ClusterSpec (a JSON object with 'sites', 'bandwidth', ...)")
+        known = {f.name for f in dataclasses.fields(cls)}
+        extra = set(d) - known
+        if extra:
+            raise ValueError(f"{path}: unknown ClusterSpec fields {sorted(extra)}; valid: {sorted(known)}")
+        if d.get("hosts") is not None:
+            d["hosts"] = tuple(d["hosts"])
+        return cls(**d)
+
+    def __repr__(self):
+        r = ", ".join(f"{k} {v:.3g}/s" for k, v in self.rates.items())
+        return (f"ClusterSpec({self.sites} sites x {self.threads} thread(s), {self.memory_per_site / 2**30:.1f} GiB "
+                f"each, link {self.link_bandwidth / 1e9:.2f} GB/s, {r}, {self.task_overhead * 1e3:.2f} ms/task; "
+                f"{self.source})")

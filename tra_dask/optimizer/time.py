@@ -1,0 +1,108 @@
+"""The time model: a plan's predicted seconds on a :class:`ClusterSpec`.
+
+It reads the one derivation of a plan's work (:mod:`tra_dask.physical.work`, through
+the per-node costs of :mod:`.cost`): per node and site, the flops its kernels run,
+the tasks it makes, and for a Broadcast/Shuffle the floats each site receives and
+sends.  Per node and site:
+
+    seconds = flops / (rate of the kernel's class × threads)
+            + tasks × task_overhead
+            + max(floats received, floats sent) × itemsize / link bandwidth
+
+A node takes as long as its busiest site (its sites work side by side; one that
+finishes early idles, which is how imbalance costs time).  The plan's makespan is
+the **longest path** through the plan DAG of those node times (a critical-path
+*stage* model): a node starts when its slowest input is done, independent branches
+overlap.  We chose it over a per-site event simulation because it is what the
+search can afford per candidate (a sum of memoised per-node terms) and because the
+lowered graph does run node by node on each site: a site's tasks of one node
+depend on the previous node's tasks on the same and other sites.  It does not model
+a site starting the next node's tasks while another site is still busy with the
+previous one (pipelining), nor several transfers into one site sharing its link
+with computation; calibration absorbs some of both.
+
+Kernel classes: ``"blas"`` for kernels built on a matrix product (compute bound),
+``"elementwise"`` for every other kernel (memory bound: its flop count is about one
+per element touched).  Loading a ``from_function`` chunk and scattering a
+``from_numpy`` chunk count their tasks only (the data is made or sent before a
+benchmark's clock starts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..kernels import Kernel
+from ..physical import Broadcast, KeyArrayMap, LocalAggregate, LocalJoin, LocalMap, Shuffle
+from .cluster import ClusterSpec
+from .cost import Cost
+
+__all__ = ["kernel_class", "plan_seconds", "with_seconds", "node_seconds_per_site"]
+
+
+def kernel_class(kernel) -> str:
+    """``"blas"`` when the kernel (or one part of a composition) is a matrix
+    product, else ``"elementwise"``."""
+    name = getattr(kernel, "name", "") if isinstance(kernel, Kernel) else ""
+    return "blas" if any(part.startswith(("matmul", "tensordot", "dot")) for part in name.split("∘")) else "elementwise"
+
+
+def _kernel_of(node):
+    if isinstance(node, (LocalJoin, LocalAggregate)):
+        return node.kernel
+    if isinstance(node, LocalMap) and isinstance(node.op, KeyArrayMap):
+        return node.op.kernel
+    return None
+
+
+def node_seconds_per_site(nc, spec: ClusterSpec) -> np.ndarray:
+    """Seconds each site spends on one node (see the module doc); ``nc`` is its
+    :class:`~tra_dask.optimizer.cost.NodeCost`."""
+    node = nc.node
+    s = node.nsites
+    out = np.zeros(s)
+    if nc.flops_per_site is not None and nc.flops_per_site.any():
+        rate = spec.rates[kernel_class(_kernel_of(node))] * spec.threads
+        out += nc.flops_per_site / rate
+    if nc.tasks_per_site is not None:
+        out += nc.tasks_per_site * spec.task_overhead
+    if isinstance(node, (Broadcast, Shuffle)) and nc.recv_per_site is not None:
+        link = np.maximum(nc.recv_per_site, nc.send_per_site) * node.type.dtype.itemsize
+        out += link / spec.link_bandwidth
+    return out
+
+
+def plan_seconds(cost: Cost, spec: ClusterSpec) -> tuple[float, dict]:
+    """``(makespan, {node: seconds of its busiest site})`` for a costed plan."""
+    if spec.sites != cost.sites:
+        spec = spec.with_sites(cost.sites)
+    per_node: dict = {}
+    finish: dict = {}
+    for node, nc in cost.nodes.items():  # plan order: children before parents
+        t = _memo_seconds(nc, spec)
+        per_node[node] = t
+        finish[node] = t + max((finish[c] for c in node.children if c in finish), default=0.0)
+    return (max(finish.values(), default=0.0), per_node)
+
+
+def _memo_seconds(nc, spec: ClusterSpec) -> float:
+    """A node's seconds, remembered on its NodeCost per spec (costs are shared
+    between the many candidate plans the search ranks)."""
+    memo = nc.__dict__.get("_seconds")
+    if memo is None:
+        memo = {}
+        object.__setattr__(nc, "_seconds", memo)
+    t = memo.get(spec)
+    if t is None:
+        t = memo[spec] = float(node_seconds_per_site(nc, spec).max())
+    return t
+
+
+def with_seconds(cost: Cost, spec: ClusterSpec) -> Cost:
+    """``cost`` with its predicted ``seconds`` and ``node_seconds`` filled in."""
+    if cost.seconds is not None:
+        return cost
+    total, per = plan_seconds(cost, spec)
+    return dataclasses.replace(cost, seconds=total, node_seconds=per)
