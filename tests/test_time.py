@@ -9,7 +9,7 @@ from distributed import Client, LocalCluster
 
 import tra_dask as td
 from tra_dask.optimizer.cost import plan_cost
-from tra_dask.optimizer.time import kernel_class, plan_seconds
+from tra_dask.optimizer.time import kernel_class, kernel_rate, plan_seconds
 from tra_dask.physical import Broadcast, Shuffle
 from tra_dask.physical.work import plan_work
 from tra_dask.programs import ffnn_sgd_step, matmul, nearest_neighbor
@@ -47,16 +47,14 @@ def _by_hand(plan, spec):
         send[x.node][x.src] += x.floats
     finish = {}
     for n in work.order:
-        w = work[n]
-        t = np.bincount(w.task_site, minlength=plan.sites) * spec.task_overhead if w.ntasks else np.zeros(plan.sites)
+        t = np.zeros(plan.sites)
         flops = cost.nodes[n].flops_per_site
         if flops.any():
-            t = t + flops / (spec.rates[kernel_class(getattr(n, "kernel", None) or getattr(n.op, "kernel", None))]
-                             * spec.threads)
+            t = t + flops / (kernel_rate(n, spec) * spec.threads)
         if isinstance(n, (Broadcast, Shuffle)):
             t = t + np.maximum(recv[n], send[n]) * n.type.dtype.itemsize / spec.link_bandwidth
         finish[n] = float(t.max()) + max((finish[c] for c in n.children), default=0.0)
-    return max(finish[o] for o in plan.outputs)
+    return spec.submit_overhead + work.ntasks * spec.task_overhead + max(finish[o] for o in plan.outputs)
 
 
 @pytest.mark.parametrize("name", ["matmul", "nn", "ffnn"])
@@ -71,9 +69,21 @@ def test_predicted_seconds_are_the_formula_over_the_work(name):
     assert "predicted time" in plan.explain() and "time=" in plan.explain()
 
 
+def test_kernel_rates_by_class_and_chunk_size():
+    rng = np.random.default_rng(0)
+    spec = td.ClusterSpec(2, rates={"blas": 1e10, "elementwise": 1e9}, blas_half_size=100)
+    for n, want in [(100, 0.5e10), (400, 0.8e10)]:  # rate(n) = peak / (1 + half / n)
+        A = _mat(rng, (2 * n, 2 * n), n, "A")
+        plan = td.compile(matmul(A, A), 2)
+        join = next(x for x in plan.nodes if type(x).__name__ == "LocalJoin")
+        assert kernel_class(join.kernel) == "blas" and kernel_rate(join, spec) == pytest.approx(want)
+        agg = plan.outputs[0]
+        assert kernel_class(agg.kernel) == "elementwise" and kernel_rate(agg, spec) == 1e9
+
+
 def test_imbalance_and_slow_links_cost_time():
     rng = np.random.default_rng(0)
-    A, B = _mat(rng, (800, 800), (200, 200), "A"), _mat(rng, (800, 800), (200, 200), "B")
+    A, B = _mat(rng, (1600, 1600), (400, 400), "A"), _mat(rng, (1600, 1600), (400, 400), "B")
     e = matmul(A, B)
     c = plan_cost(td.compile(e, 4).outputs)
     fast, slow = td.ClusterSpec(4, bandwidth=1e10), td.ClusterSpec(4, bandwidth=1e7)
@@ -104,6 +114,8 @@ def test_cluster_spec_bad_input_and_a_file(tmp_path):
     for kw, msg in [({"bandwidth": 0}, "bandwidth must be a positive"),
                     ({"memory_per_site": -1}, "memory_per_site must be a positive"),
                     ({"task_overhead": float("inf")}, "task_overhead must be a positive, finite"),
+                    ({"submit_overhead": 0}, "submit_overhead must be a positive"),
+                    ({"blas_half_size": -1}, "blas_half_size must be a finite number >= 0"),
                     ({"rates": {"blas": 0}}, r"rates\['blas'\] must be a positive"),
                     ({"rates": {"gpu": 1e12}}, "unknown kernel class 'gpu'"),
                     ({"threads": 0}, "threads must be an int >= 1"),
@@ -138,7 +150,8 @@ def test_calibrate_a_local_cluster(cluster):
     spec = td.calibrate(cluster)
     assert spec.sites == 2 and spec.threads == 1 and spec.hosts == (0, 0)
     assert spec.rates["blas"] > spec.rates["elementwise"] > 0  # a matrix product runs faster per flop
-    assert 1e7 < spec.bandwidth < 1e12 and 0 < spec.task_overhead < 0.5
+    assert 1e7 < spec.bandwidth < 1e12 and 0 < spec.task_overhead < 0.05 and 0 < spec.submit_overhead < 2
+    assert spec.blas_half_size >= 0
     info = cluster.scheduler_info()["workers"]
     assert spec.memory_per_site == min(w["memory_limit"] for w in info.values())
     assert "calibrated on tcp://127.0.0.1:" in spec.source

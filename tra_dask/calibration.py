@@ -1,17 +1,18 @@
 """``td.calibrate(client)``: measure a Dask cluster for the time model.
 
-A few seconds of measurements on the workers themselves (runtime layer: it talks to
+A few seconds of measurements on the cluster itself (runtime layer: it talks to
 ``distributed``):
 
 * **kernel rates** — every worker at once (so cores shared by several workers on one
   host are shared as they will be when a plan runs) times a float64 matrix product
-  (``"blas"``, flops/s) and an elementwise add (``"elementwise"``, elements/s), the
-  median over workers;
-* **task overhead** — a batch of empty tasks pinned to one worker, end to end
-  through the scheduler (seconds per task);
+  at two sizes (``"blas"``: the peak and the size at half of it) and an elementwise
+  add (``"elementwise"``, elements/s); the median over workers;
 * **bandwidth** — an array made on one worker, then read by a task pinned to another
   (seconds beyond an empty task's, per byte), within a host and, when the workers
   span hosts, between hosts;
+* **overheads** — two tra_dask plans on tiny chunks (so kernels and bytes are
+  negligible) with few and with many tasks, submitted and waited for as a user does:
+  the line through them gives the seconds per submission and per task;
 * **memory and threads** — the workers' own ``memory_limit`` and ``nthreads``.
 
 The runtime calibrates a cluster once and caches the spec per scheduler address
@@ -33,14 +34,14 @@ __all__ = ["calibrate", "cluster_spec"]
 _CACHE: dict = {}
 
 
-def _kernel_rates(n: int = 512, elems: int = 2_000_000, seconds: float = 0.25) -> dict:
-    """Run on a worker: the best rate of a few repetitions of each kernel class."""
+def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.15) -> dict:
+    """Run on a worker: the best rate of a few repetitions of each kernel class
+    (matmul at each of ``sizes``)."""
     import time as _time
 
     import numpy as _np
 
     rng = _np.random.default_rng(0)
-    a, b = rng.random((n, n)), rng.random((n, n))
     x, y = rng.random(elems), rng.random(elems)
 
     def best(fn, work):
@@ -52,7 +53,43 @@ def _kernel_rates(n: int = 512, elems: int = 2_000_000, seconds: float = 0.25) -
             rates.append(work / max(_time.perf_counter() - t0, 1e-9))
         return max(rates)
 
-    return {"blas": best(lambda: a @ b, 2.0 * n ** 3), "elementwise": best(lambda: _np.add(x, y), float(elems))}
+    out = {"elementwise": best(lambda: _np.add(x, y), float(elems))}
+    for n in sizes:
+        a, b = rng.random((n, n)), rng.random((n, n))
+        out[f"blas{n}"] = best(lambda a=a, b=b: a @ b, 2.0 * n ** 3)
+    return out
+
+
+def _blas_fit(r_small: float, r_large: float, small: int = 64, large: int = 512) -> tuple[float, float]:
+    """``(peak, half size)`` of ``rate(n) = peak / (1 + half / n)`` through two
+    measured rates (no fall-off measured: the larger rate, half size 0)."""
+    denom = r_small / small - r_large / large
+    if r_small >= r_large or denom <= 0:
+        return max(r_small, r_large), 0.0
+    half = (r_large - r_small) / denom
+    return r_large * (1 + half / large), half
+
+
+def _overheads(client, workers) -> tuple[float, float]:
+    """``(per submission, per task)`` seconds: plans on tiny chunks with few and many
+    tasks, each the best of three runs, and the line through them."""
+    from . import optimize, submit
+    from .programs import matmul, random_uniform
+
+    points = []
+    for n in (1, 6):
+        e = matmul(random_uniform((4 * n, 4 * n), (4, 4), seed=1, name="A"),
+                   random_uniform((4 * n, 4 * n), (4, 4), seed=2, name="B"))
+        plan = optimize(e, sites=len(workers), objective="bytes")
+        walls = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            submit(plan, client=client, sites=workers).wait()
+            walls.append(time.perf_counter() - t0)
+        points.append((plan.cost.tasks, min(walls)))
+    (n1, t1), (n2, t2) = points
+    per_task = max((t2 - t1) / max(n2 - n1, 1), 1e-6)
+    return max(t1 - per_task * n1, 1e-4), per_task
 
 
 def _make(nbytes):
@@ -78,7 +115,7 @@ def _one_trip(client, dep, worker) -> float:
     return dt
 
 
-def calibrate(client, *, transfer_bytes: int = 32 * 2**20, tasks: int = 100) -> ClusterSpec:
+def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
     """Measure ``client``'s cluster (module doc) and return its :class:`ClusterSpec`
     (``spec.source`` says when and where it was measured; ``spec.seconds`` how long
     it took is in the source text)."""
@@ -95,14 +132,10 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20, tasks: int = 100) -> 
         raise RuntimeError("calibrate: the cluster has no workers; start some (dask worker <scheduler>) first")
     # kernel rates, every worker at once
     per_worker = client.run(_kernel_rates, workers=workers)
-    rates = {k: statistics.median(r[k] for r in per_worker.values()) for k in ("blas", "elementwise")}
-    # task overhead: empty tasks pinned to one worker, end to end
-    _one_trip(client, None, workers[0])  # warm
-    t0 = time.perf_counter()
-    futs = client.map(_noop, range(tasks), workers=[workers[0]], allow_other_workers=False, pure=False)
-    client.gather(futs)
-    overhead = (time.perf_counter() - t0) / tasks
-    del futs
+    med = {k: statistics.median(r[k] for r in per_worker.values()) for k in ("elementwise", "blas64", "blas512")}
+    peak, half = _blas_fit(med["blas64"], med["blas512"])
+    rates = {"blas": peak, "elementwise": med["elementwise"]}
+    submit_overhead, task_overhead = _overheads(client, workers)
     # bandwidth: an array made on one worker, read by a task on another
     hosts = [info[w].get("host") or w.rsplit(":", 1)[0] for w in workers]
     local = remote = None
@@ -128,7 +161,8 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20, tasks: int = 100) -> 
     return ClusterSpec(
         sites=len(workers), memory_per_site=float(memory), bandwidth=float(bandwidth),
         bandwidth_local=float(local or bandwidth), hosts=tuple(host_ids[h] for h in hosts), rates=rates,
-        task_overhead=float(overhead), threads=threads,
+        task_overhead=float(task_overhead), submit_overhead=float(submit_overhead), blas_half_size=float(half),
+        threads=threads,
         source=f"calibrated on {client.scheduler.address} at {stamp} in {took:.1f} s",
     )
 

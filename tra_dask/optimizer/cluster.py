@@ -1,16 +1,17 @@
 """A description of the cluster a plan runs on: what the time model needs.
 
 :class:`ClusterSpec` holds, per site (one Dask worker): memory, threads, the rate of
-each kernel class, the per-task overhead, and the bandwidth between two workers
-(within one host, and between hosts where they differ).  The defaults are honest for
-a laptop-class machine (measured on the 2-core development VM, see
-``benchmarks/README.md``); :func:`tra_dask.calibrate` measures a real cluster.
+each kernel class, and the bandwidth between two workers (within one host, and
+between hosts where they differ); and for the whole cluster, the fixed cost of a
+submission and the cost of each task (client-side lowering, the scheduler, the
+worker's dispatch: in practice a serial pipeline, so it is charged per task of the
+whole plan).  The defaults are honest for a laptop-class machine (measured on the
+2-core development VM); :func:`tra_dask.calibrate` measures a real cluster.
 
 Kernel classes: ``"blas"`` (matmul and products built on it: compute-bound, rate in
-flops/s) and ``"elementwise"`` (everything else: memory-bound, rate in
-elements/s of output touched — ``Kernel.flops`` of an elementwise kernel is one per
-element).  A site's kernel time is ``flops / rate / threads`` plus ``task_overhead``
-per task.
+flops/s, lower on small chunks: ``rate(n) = peak / (1 + blas_half_size / n)`` for a
+product of about n×n×n) and ``"elementwise"`` (everything else: memory-bound, rate in
+elements/s — ``Kernel.flops`` of an elementwise kernel is one per element).
 
 A spec is a small JSON file (:meth:`ClusterSpec.save`, :meth:`ClusterSpec.load`), so
 a user can calibrate once and reuse it.
@@ -25,11 +26,11 @@ from dataclasses import dataclass, field
 
 __all__ = ["ClusterSpec", "DEFAULT_RATES"]
 
-# measured on the development VM (2 cores, OpenBLAS, one thread per worker):
-# ~55 GFLOP/s float64 matmul at 512-2048, ~0.25-0.5 G elements/s for numpy add on
-# large arrays; worker-to-worker transfers 0.4-0.5 GB/s; ~1 ms per pinned task end
-# to end (scheduler + worker)
-DEFAULT_RATES = {"blas": 5e10, "elementwise": 3e8}
+# measured on the development VM (2 cores, OpenBLAS, one thread per worker, two
+# workers): ~30-40 GFLOP/s float64 matmul at 512, ~1 G elements/s for numpy add;
+# worker-to-worker transfers 0.5-1.5 GB/s; ~0.5 ms per task and ~30 ms per submission
+# end to end (td.calibrate's fit)
+DEFAULT_RATES = {"blas": 4e10, "elementwise": 1e9}
 
 
 def _positive(where: str, name: str, v) -> float:
@@ -45,8 +46,10 @@ class ClusterSpec:
     ``sites``: workers.  ``memory_per_site``: bytes.  ``bandwidth``: bytes/s between
     two workers on different hosts; ``bandwidth_local``: within one host (default:
     ``bandwidth``).  ``hosts``: the host of each site (default: all on one host).
-    ``rates``: kernel class -> rate per thread.  ``task_overhead``: seconds per
-    task.  ``threads``: per worker.  ``source``: where the numbers come from."""
+    ``rates``: kernel class -> peak rate per thread; ``blas_half_size``: the
+    product size n (of n×n×n) at which a matmul runs at half its peak.
+    ``task_overhead``: seconds per task of a plan, ``submit_overhead``: seconds per
+    submission.  ``threads``: per worker.  ``source``: where the numbers come from."""
 
     sites: int
     memory_per_site: float = 4e9
@@ -54,7 +57,9 @@ class ClusterSpec:
     bandwidth_local: float | None = None
     hosts: tuple | None = None
     rates: dict = field(default_factory=lambda: dict(DEFAULT_RATES))
-    task_overhead: float = 1e-3
+    task_overhead: float = 5e-4
+    submit_overhead: float = 0.03
+    blas_half_size: float = 32.0
     threads: int = 1
     source: str = "defaults (a laptop-class machine)"
 
@@ -64,8 +69,12 @@ class ClusterSpec:
             raise ValueError(f"{where}: sites must be an int >= 1, got {self.sites!r}")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
             raise ValueError(f"{where}: threads must be an int >= 1, got {self.threads!r}")
-        for name in ("memory_per_site", "bandwidth", "task_overhead"):
+        for name in ("memory_per_site", "bandwidth", "task_overhead", "submit_overhead"):
             object.__setattr__(self, name, _positive(where, name, getattr(self, name)))
+        if isinstance(self.blas_half_size, bool) or not isinstance(self.blas_half_size, (int, float)) or not (
+                0 <= self.blas_half_size < float("inf")):
+            raise ValueError(f"{where}: blas_half_size must be a finite number >= 0, got {self.blas_half_size!r}")
+        object.__setattr__(self, "blas_half_size", float(self.blas_half_size))
         local = self.bandwidth if self.bandwidth_local is None else self.bandwidth_local
         object.__setattr__(self, "bandwidth_local", _positive(where, "bandwidth_local", local))
         rates = dict(DEFAULT_RATES)
@@ -83,7 +92,8 @@ class ClusterSpec:
 
     def __hash__(self):
         return hash((self.sites, self.memory_per_site, self.bandwidth, self.bandwidth_local, self.hosts,
-                     tuple(sorted(self.rates.items())), self.task_overhead, self.threads))
+                     tuple(sorted(self.rates.items())), self.task_overhead, self.submit_overhead,
+                     self.blas_half_size, self.threads))
 
     @property
     def single_host(self) -> bool:
@@ -128,5 +138,6 @@ class ClusterSpec:
     def __repr__(self):
         r = ", ".join(f"{k} {v:.3g}/s" for k, v in self.rates.items())
         return (f"ClusterSpec({self.sites} sites x {self.threads} thread(s), {self.memory_per_site / 2**30:.1f} GiB "
-                f"each, link {self.link_bandwidth / 1e9:.2f} GB/s, {r}, {self.task_overhead * 1e3:.2f} ms/task; "
+                f"each, link {self.link_bandwidth / 1e9:.2f} GB/s, {r} (blas half rate at n={self.blas_half_size:.0f}), "
+                f"{self.task_overhead * 1e3:.2f} ms/task + {self.submit_overhead * 1e3:.0f} ms/submission; "
                 f"{self.source})")

@@ -2,30 +2,33 @@
 
 It reads the one derivation of a plan's work (:mod:`tra_dask.physical.work`, through
 the per-node costs of :mod:`.cost`): per node and site, the flops its kernels run,
-the tasks it makes, and for a Broadcast/Shuffle the floats each site receives and
-sends.  Per node and site:
+and for a Broadcast/Shuffle the floats each site receives and sends; and the plan's
+tasks.  Per node and site:
 
-    seconds = flops / (rate of the kernel's class × threads)
-            + tasks × task_overhead
+    seconds = flops / (rate of the kernel's class at its chunk size × threads)
             + max(floats received, floats sent) × itemsize / link bandwidth
 
 A node takes as long as its busiest site (its sites work side by side; one that
 finishes early idles, which is how imbalance costs time).  The plan's makespan is
-the **longest path** through the plan DAG of those node times (a critical-path
-*stage* model): a node starts when its slowest input is done, independent branches
-overlap.  We chose it over a per-site event simulation because it is what the
-search can afford per candidate (a sum of memoised per-node terms) and because the
-lowered graph does run node by node on each site: a site's tasks of one node
-depend on the previous node's tasks on the same and other sites.  It does not model
-a site starting the next node's tasks while another site is still busy with the
-previous one (pipelining), nor several transfers into one site sharing its link
-with computation; calibration absorbs some of both.
 
-Kernel classes: ``"blas"`` for kernels built on a matrix product (compute bound),
-``"elementwise"`` for every other kernel (memory bound: its flop count is about one
-per element touched).  Loading a ``from_function`` chunk and scattering a
-``from_numpy`` chunk count their tasks only (the data is made or sent before a
-benchmark's clock starts).
+    submit_overhead + tasks × task_overhead + the longest path through the plan DAG
+                                              of those node times
+
+— a critical-path *stage* model: a node starts when its slowest input is done,
+independent branches overlap.  Tasks are charged for the whole plan, not per site:
+the client lowers and submits every task and the scheduler dispatches them one by
+one, which ``td.calibrate`` measures as a serial cost (a many-task plan on tiny
+chunks is as slow on 3 workers as on 2).  We chose a stage model over a per-site
+event simulation because the search can afford it per candidate (a sum of
+memoised per-node terms) and because the lowered graph runs node by node on each
+site.  It does not model a site starting the next node while another still works
+on the previous one (pipelining), nor transfers sharing a link with computation.
+
+Kernel classes: ``"blas"`` for kernels built on a matrix product (compute bound; the
+rate falls on small chunks, see :class:`ClusterSpec`), ``"elementwise"`` for every
+other kernel (memory bound: its flop count is about one per element touched).
+Loading a ``from_function`` chunk and scattering a ``from_numpy`` chunk count as
+tasks only (the data is made or sent before a benchmark's clock starts).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from ..physical import Broadcast, KeyArrayMap, LocalAggregate, LocalJoin, LocalM
 from .cluster import ClusterSpec
 from .cost import Cost
 
-__all__ = ["kernel_class", "plan_seconds", "with_seconds", "node_seconds_per_site"]
+__all__ = ["kernel_class", "kernel_rate", "plan_seconds", "with_seconds", "node_seconds_per_site"]
 
 
 def kernel_class(kernel) -> str:
@@ -64,18 +67,32 @@ def node_seconds_per_site(nc, spec: ClusterSpec) -> np.ndarray:
     s = node.nsites
     out = np.zeros(s)
     if nc.flops_per_site is not None and nc.flops_per_site.any():
-        rate = spec.rates[kernel_class(_kernel_of(node))] * spec.threads
-        out += nc.flops_per_site / rate
-    if nc.tasks_per_site is not None:
-        out += nc.tasks_per_site * spec.task_overhead
+        out += nc.flops_per_site / (kernel_rate(node, spec) * spec.threads)
     if isinstance(node, (Broadcast, Shuffle)) and nc.recv_per_site is not None:
         link = np.maximum(nc.recv_per_site, nc.send_per_site) * node.type.dtype.itemsize
         out += link / spec.link_bandwidth
     return out
 
 
+def kernel_rate(node, spec: ClusterSpec) -> float:
+    """Flops (elements) per second per thread of the node's kernel on its chunks."""
+    kernel = _kernel_of(node)
+    cls = kernel_class(kernel)
+    peak = spec.rates[cls]
+    if cls != "blas" or not spec.blas_half_size:
+        return peak
+    try:  # one call's product size n (of n x n x n) on the first (interior) chunk shapes
+        shapes = [c.type.shapes[0] for c in node.children]
+        per_call = float(kernel.flops(*shapes))
+    except Exception:  # an opaque shape rule: the peak
+        return peak
+    n = max(per_call / 2, 1.0) ** (1 / 3)
+    return peak / (1 + spec.blas_half_size / n)
+
+
 def plan_seconds(cost: Cost, spec: ClusterSpec) -> tuple[float, dict]:
-    """``(makespan, {node: seconds of its busiest site})`` for a costed plan."""
+    """``(makespan, {node: seconds of its busiest site})`` for a costed plan (see
+    the module doc; the makespan includes the submission and per-task overheads)."""
     if spec.sites != cost.sites:
         spec = spec.with_sites(cost.sites)
     per_node: dict = {}
@@ -84,7 +101,8 @@ def plan_seconds(cost: Cost, spec: ClusterSpec) -> tuple[float, dict]:
         t = _memo_seconds(nc, spec)
         per_node[node] = t
         finish[node] = t + max((finish[c] for c in node.children if c in finish), default=0.0)
-    return (max(finish.values(), default=0.0), per_node)
+    path = max(finish.values(), default=0.0)
+    return (spec.submit_overhead + cost.tasks * spec.task_overhead + path, per_node)
 
 
 def _memo_seconds(nc, spec: ClusterSpec) -> float:

@@ -1,0 +1,169 @@
+"""Is the plan the time model picks the fastest on the clock?  Predicted vs measured.
+
+On a real LocalCluster (2, then 3 workers x 1 thread), calibrated with
+``td.calibrate``: for matmul (3 shapes x float32/float64 x 2 chunkings), nearest
+neighbour and the FFNN step, the chosen plan and one alternative per other
+strategy (and the plan the *default* ClusterSpec would choose, when it differs) run
+**interleaved** (repeat r runs every plan once before r+1), each on fresh inputs
+persisted on the workers before its clock starts.  Per plan: predicted seconds,
+measured min/median, the prediction's error; per case: chosen / fastest.
+
+    python benchmarks/time_model.py [--repeat 3] [--scale 0.5] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import sys
+import time
+
+import dask.array as da
+
+import tra_dask as td
+from _harness import LoadWatch, machine_line, pick, plans_to_time, start_cluster
+from tra_dask.optimizer.time import plan_seconds
+from tra_dask.programs import ffnn_sgd_step, matmul, nearest_neighbor
+
+MATMUL = {"general": (4000, 4000, 4000), "common-large-dim": (1000, 64000, 1000), "two-large-dims": (8000, 1000, 8000)}
+CHUNKINGS = {"general": [(4, 4, 4), (8, 8, 8)], "common-large-dim": [(1, 8, 1), (2, 16, 2)],
+             "two-large-dims": [(4, 1, 4), (8, 2, 8)]}
+
+
+def _persist(client, shape, chunks, dtype, seed):
+    rng = da.random.default_rng(seed)
+    return client.persist(rng.random(shape, chunks=chunks, dtype=dtype))
+
+
+def cases(scale: float, dtypes):
+    """(name, dtype, build(client, seed) -> expr over persisted inputs)."""
+    for shape, dims in MATMUL.items():
+        I, K, J = (max(1, int(d * scale)) for d in dims)
+        for blocks in CHUNKINGS[shape]:
+            bi, bk, bj = blocks
+            for dtype in dtypes:
+                def build(client, seed, I=I, K=K, J=J, bi=bi, bk=bk, bj=bj, dtype=dtype):
+                    a = _persist(client, (I, K), (-(-I // bi), -(-K // bk)), dtype, seed)
+                    b = _persist(client, (K, J), (-(-K // bk), -(-J // bj)), dtype, seed + 1)
+                    return matmul(td.from_dask_array(a, client=client, name="A"),
+                                  td.from_dask_array(b, client=client, name="B"))
+
+                yield f"matmul {shape} {I}x{K}x{J} blocks {bi}x{bk}x{bj}", dtype, build
+    N, D = int(150_000 * scale), 600
+    for dtype in dtypes:
+        def build_nn(client, seed, dtype=dtype):
+            q = _persist(client, (D,), (D // 2,), dtype, seed)
+            X = _persist(client, (N, D), (-(-N // 8), D // 2), dtype, seed + 1)
+            A = _persist(client, (D, D), (D // 2, D // 2), dtype, seed + 2)
+            return nearest_neighbor(*(td.from_dask_array(x, client=client, name=n) for x, n in
+                                      ((q, "q"), (X, "X"), (A, "A"))))
+
+        yield f"nearest neighbour N={N} D={D}", dtype, build_nn
+    n, d, h, l = (int(10_000 * scale), 1600, int(10_000 * scale), 10)
+    for dtype in dtypes:
+        def build_ffnn(client, seed, dtype=dtype):
+            X = _persist(client, (n, d), (-(-n // 4), d // 2), dtype, seed)
+            Y = _persist(client, (n, l), (-(-n // 4), l), dtype, seed + 1)
+            W1 = _persist(client, (d, h), (d // 2, -(-h // 4)), dtype, seed + 2)
+            W2 = _persist(client, (h, l), (-(-h // 4), l), dtype, seed + 3)
+            return ffnn_sgd_step(*(td.from_dask_array(x, client=client, name=nm) for x, nm in
+                                   ((X, "X"), (Y, "Y"), (W1, "W1"), (W2, "W2"))), 0.1)
+
+        yield f"ffnn speech N={n} D={d} H={h}", dtype, build_ffnn
+
+
+def run_case(client, build, repeat, seeds, k_alternatives):
+    """Time the chosen plan, one alternative per other strategy and the default
+    spec's choice, interleaved.  Returns [(label, predicted s, [walls], busy runs)]."""
+    plan = td.plan_for(build(client, next(seeds)), client)
+    picks = plans_to_time(plan, k_alternatives)
+    default = td.plan_for(build(client, next(seeds)), client, calibrate=False)
+    chosen_strategy = picks[0][1].split(": ", 1)[1]
+    default_strategy = "; ".join(dict.fromkeys(default.strategies())) or "compiled"
+    extra = default_strategy != chosen_strategy
+    labels = [name for _, name in picks] + (["chosen with the default spec: " + default_strategy] if extra else [])
+    walls = {lab: [] for lab in labels}
+    predicted = {}
+    busy = {lab: 0 for lab in labels}
+    for _ in range(repeat):
+        for i, lab in enumerate(labels):
+            seed = next(seeds)
+            if i < len(picks):
+                p = pick(td.plan_for(build(client, seed), client), picks[i][0])
+            else:
+                p = td.plan_for(build(client, seed), client, calibrate=False)
+            predicted[lab] = plan_seconds(p.cost, td.cluster_spec(client))[0]  # on *this* cluster, for every plan
+            with LoadWatch(None) as w:
+                rf = td.submit(p, client=client)
+                for one in rf if isinstance(rf, tuple) else (rf,):
+                    one.wait()
+            walls[lab].append(w.wall)
+            busy[lab] += w.busy
+            del rf
+    return [(lab, predicted[lab], walls[lab], busy[lab]) for lab in labels]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sites", type=int, nargs="+", default=[2, 3])
+    p.add_argument("--scale", type=float, default=0.5)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--dtype", nargs="+", default=["float64", "float32"])
+    p.add_argument("--alternatives", type=int, default=4)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--no-write", dest="write", action="store_false")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.sites, args.scale, args.repeat, args.dtype = [2], 0.1, 1, ["float64"]
+    seeds = itertools.count(1)
+    lines, errors, within, total, calib = [], [], 0, 0, []
+    for sites in args.sites:
+        client = start_cluster(sites)
+        try:
+            t0 = time.perf_counter()
+            spec = td.calibrate(client)
+            took = time.perf_counter() - t0
+            td.calibration._CACHE[(client.scheduler.address, tuple(sorted(client.scheduler_info()["workers"])))] = spec
+            calib.append((sites, spec, took))
+            print(f"{sites} workers: {spec} ({took:.2f} s)", flush=True)
+            for name, dtype, build in cases(args.scale, args.dtype):
+                rows = run_case(client, build, args.repeat, seeds, args.alternatives)
+                fastest = min(min(w) for _, _, w, _ in rows)
+                chosen = min(rows[0][2])
+                total += 1
+                within += chosen <= 1.1 * fastest
+                for lab, pred, walls, busy in rows:
+                    m = min(walls)
+                    err = pred / m - 1
+                    errors.append(err)
+                    row = (f"| {sites} | {name} | {dtype} | {lab} | {pred:.3f} | {m:.3f} | {statistics.median(walls):.3f} "
+                           f"| {err:+.0%} | {m / fastest:.2f} | {busy or ''} |")
+                    print(row, flush=True)
+                    lines.append(row)
+        finally:
+            client.close()
+    abs_err = sorted(abs(e) for e in errors)
+    q = lambda f: abs_err[min(len(abs_err) - 1, int(f * len(abs_err)))]  # noqa: E731
+    summary = [f"Chosen plan fastest or within 10% of it: **{within} of {total} cases**.",
+               f"Prediction error |predicted/measured − 1| over {len(errors)} timed plans: median {q(0.5):.0%}, "
+               f"75th percentile {q(0.75):.0%}, 90th {q(0.9):.0%}, max {abs_err[-1]:.0%}; within ±30%: "
+               f"{sum(a <= 0.3 for a in abs_err)} of {len(abs_err)} (signed: {sum(e > 0 for e in errors)} over-, "
+               f"{sum(e < 0 for e in errors)} under-predicted)."]
+    cal = [f"- {s} workers: {spec!r}, took {took:.2f} s" for s, spec, took in calib]
+    print("\n".join(summary + cal))
+    if args.write and not args.quick:
+        from _report import write_section
+
+        class A:  # machine_line wants .sites
+            sites = "/".join(map(str, args.sites))
+
+        write_section("time model", [
+            f"`python benchmarks/time_model.py --repeat {args.repeat} --scale {args.scale}` — {machine_line(A)}", "",
+            "Calibration (`td.calibrate`):", "", *cal, "", *summary, "",
+            "| workers | case | dtype | plan | predicted (s) | min (s) | median (s) | error | / fastest | busy runs |",
+            "|---:|---|---|---|---:|---:|---:|---:|---:|---:|", *lines])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
