@@ -21,7 +21,7 @@ needs a fact about them fires.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -437,6 +437,11 @@ class KeyFn:
     def is_identity(self, arity: int) -> bool:
         return False
 
+    def apply_sorted(self, keys: np.ndarray):
+        """:meth:`apply`'s pairs in an order that may save the caller a sort (the
+        same set of pairs; :class:`InsertDim` sorts them)."""
+        return self.apply(keys)
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class KeyMap(KeyFn):
@@ -532,13 +537,71 @@ class InsertDim(KeyFn):
     def apply(self, keys: np.ndarray):
         n, a = keys.shape
         self.out_arity(a)
-        rows = np.repeat(np.arange(n), self.count)
-        new = np.tile(np.arange(self.count, dtype=np.int64), n)[:, None]
-        out = np.concatenate([keys[rows, : self.pos], new, keys[rows, self.pos :]], axis=1)
+        c, p = self.count, self.pos
+        # written column by column through a (row, copy, dim) view: no (n*count, arity)
+        # gathers and no concatenation (the 3-D multiply's replicas are 10^7 keys)
+        out = np.empty((n * c, a + 1), dtype=np.result_type(keys.dtype, np.int64))
+        grid = out.reshape(n, c, a + 1)  # input row r's copies are rows r*c .. r*c + c - 1
+        grid[:, :, p] = np.arange(c)
+        for j in range(a):
+            grid[:, :, j + (j >= p)] = keys[:, j, None]
+        return out, np.repeat(np.arange(n), c)
+
+    def apply_sorted(self, keys: np.ndarray):
+        """:meth:`apply`'s ``(keys, rows)`` in another order: for sorted, distinct
+        ``keys`` (a relation's) the result is sorted, so its type needs no sort.  Within
+        each run of keys equal on the dims before ``pos``, the new dim varies slowest."""
+        n, a = keys.shape
+        c, p = self.count, self.pos
+        if p >= a or n <= 1 or c == 1:  # apply's order (each key's copies in turn) is sorted
+            return self.apply(keys)
+        self.out_arity(a)
+        starts, sizes = _prefix_runs(keys, p)
+        out = np.empty((n * c, a + 1), dtype=np.result_type(keys.dtype, np.int64))
+        if len(starts) == 1:  # one run (pos 0): all keys with new value 0, then all with 1, ...
+            grid = out.reshape(c, n, a + 1)
+            grid[:, :, p] = np.arange(c)[:, None]
+            for j in range(a):
+                grid[:, :, j + (j >= p)] = keys[:, j]
+            return out, np.tile(np.arange(n), c)
+        run = np.repeat(np.arange(len(starts)), c * sizes)
+        off = np.arange(n * c) - (c * starts)[run]  # position within the run's c * size outputs
+        m = sizes[run]
+        rows = starts[run] + off % m
+        out[:, p] = off // m
+        for j in range(a):
+            out[:, j + (j >= p)] = keys[:, j][rows]
         return out, rows
+
+    def sorted_rows(self, keys: np.ndarray) -> np.ndarray:
+        """For sorted, distinct ``keys``: the row of each of :meth:`apply`'s keys
+        among its sorted keys (the output relation's rows), by arithmetic instead of
+        a lookup — key ``(r, v)`` (copy ``v`` of row ``r``, in run ``[s, s + m)``)
+        is row ``c·s + v·m + (r - s)``."""
+        n, a = keys.shape
+        c, p = self.count, self.pos
+        if p >= a or n <= 1 or c == 1:
+            return np.arange(n * c)
+        starts, sizes = _prefix_runs(keys, p)
+        s = np.repeat(starts, sizes)
+        m = np.repeat(sizes, sizes)
+        base = (c - 1) * s + np.arange(n)  # c·s + (r - s)
+        return (base[:, None] + m[:, None] * np.arange(c)).reshape(-1)
 
     def __repr__(self):
         return f"insert_dim({self.pos}, {self.count})"
+
+
+def _prefix_runs(keys: np.ndarray, p: int):
+    """``(starts, sizes)`` of the runs of consecutive rows equal on dims ``< p`` (of
+    sorted keys: the groups of equal prefixes)."""
+    n = len(keys)
+    new = np.zeros(n, dtype=bool)
+    new[0] = True
+    for j in range(p):
+        new[1:] |= keys[1:, j] != keys[:-1, j]
+    starts = np.flatnonzero(new)
+    return starts, np.diff(np.append(starts, n))
 
 
 @dataclass(frozen=True, eq=False, repr=False)

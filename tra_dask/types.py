@@ -195,10 +195,19 @@ def _column_max(rows: np.ndarray) -> list:
 
 
 def _mixed_radix(rows: np.ndarray, bases) -> np.ndarray:
-    code = rows[:, 0].astype(np.int64, copy=True)
-    for j in range(1, rows.shape[1]):
-        code *= bases[j]
-        code += rows[:, j]
+    return _mixed_radix_cols(rows, range(rows.shape[1]), bases)
+
+
+def _mixed_radix_cols(rows: np.ndarray, dims, bases) -> np.ndarray:
+    """The mixed-radix code of ``rows[:, dims]``, read column by column (no copy of
+    the columns; zeros for no dims)."""
+    dims = list(dims)
+    if not dims:
+        return np.zeros(len(rows), dtype=np.int64)
+    code = rows[:, dims[0]].astype(np.int64, copy=True)
+    for b, d in zip(bases[1:], dims[1:]):
+        code *= b
+        code += rows[:, d]
     return code
 
 
@@ -258,6 +267,30 @@ def unique_inverse(a: np.ndarray, bound: int | None = None):
     return values, inverse.reshape(-1)
 
 
+def unique_first_inverse(a: np.ndarray, bound: int | None = None):
+    """``np.unique(a, return_index=True, return_inverse=True)`` for non-negative ints:
+    by counting when ``bound`` (> every value) is not much larger than ``len(a)``
+    (``np.unique`` sorts: seconds on 10^7 values), else ``np.unique`` itself.
+
+    >>> [v.tolist() for v in unique_first_inverse(np.array([5, 1, 5, 2]), 6)]
+    [[1, 2, 5], [1, 3, 0], [2, 0, 2, 1]]
+    """
+    a = np.asarray(a).reshape(-1)
+    n = len(a)
+    if bound is None or not n or bound > 4 * n + 1024:
+        values, first, inverse = np.unique(a, return_index=True, return_inverse=True)
+        return values, first, inverse.reshape(-1)
+    counts = np.bincount(a, minlength=bound)
+    values = np.flatnonzero(counts).astype(a.dtype, copy=False)
+    if len(values) == 1:  # one value (a join's or an aggregation's single chunk shape)
+        return values, np.zeros(1, dtype=np.intp), np.zeros(n, dtype=np.intp)
+    lut = np.cumsum(counts > 0) - 1
+    inverse = lut[a].astype(np.intp, copy=False)
+    first = np.empty(len(values), dtype=np.intp)
+    first[inverse[::-1]] = np.arange(n - 1, -1, -1, dtype=np.intp)  # a repeated index keeps the last write
+    return values, first, inverse
+
+
 def join_pairs(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """All index pairs ``(i, j)`` with ``left[i] == right[j]`` (rows compared whole).
 
@@ -265,9 +298,23 @@ def join_pairs(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndar
     >>> sorted(zip(li.tolist(), ri.tolist()))
     [(0, 1), (1, 0), (1, 2), (2, 0), (2, 2)]
     """
-    nl = len(left)
-    codes = encode_rows(np.concatenate([left, right]))
-    return join_codes(codes[:nl], codes[nl:])
+    codes = key_codes(left, range(left.shape[1]), right, range(right.shape[1]))
+    return join_codes(*codes)
+
+
+def key_codes(left: np.ndarray, ldims, right: np.ndarray, rdims) -> tuple[np.ndarray, np.ndarray]:
+    """``encode_rows`` of ``left[:, ldims]`` stacked on ``right[:, rdims]``, split back
+    into the two sides' codes: equal iff the rows agree on those dims.  Read column by
+    column when the mixed-radix code fits (the usual case): no stacked copy of the
+    rows, the same codes."""
+    ldims, rdims = list(ldims), list(rdims)
+    nl, nr = len(left), len(right)
+    if ldims and nl and nr and all(a.dtype.kind in "iu" and a.dtype != np.uint64 for a in (left, right)):
+        bases = [max(int(left[:, a].max()), int(right[:, b].max())) + 1 for a, b in zip(ldims, rdims)]
+        if math.prod(bases) < 2**62:  # encode_rows' condition on the stacked rows' column maxima
+            return _mixed_radix_cols(left, ldims, bases), _mixed_radix_cols(right, rdims, bases)
+    codes = encode_rows(np.concatenate([left[:, ldims], right[:, rdims]]))
+    return codes[:nl], codes[nl:]
 
 
 def join_codes(lc: np.ndarray, rc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -295,7 +342,10 @@ def join_codes(lc: np.ndarray, rc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if np.array_equal(at[rc], np.arange(nr, dtype=at.dtype)):
             # each right code once (a one-to-one join): the table is the whole join
             j = at[lc]
-            li = np.flatnonzero(j >= 0)
+            hit = j >= 0
+            if hit.all():  # every left row meets one right row (a 3-D multiply's local join)
+                return np.arange(nl), j.astype(np.intp)
+            li = np.flatnonzero(hit)
             return li, j[li].astype(np.intp)
         del at
         per = np.bincount(rc, minlength=bound)
@@ -345,7 +395,13 @@ class RelationType:
 
     __slots__ = ("keys", "shape_ids", "shapes", "dtype", "_memo")
 
-    def __init__(self, keys, shape_ids, shapes: Sequence[Shape], dtype, *, sort: bool = True):
+    def __init__(self, keys, shape_ids, shapes: Sequence[Shape], dtype, *, sort: bool = True,
+                 like: "RelationType | None" = None):
+        # like: a type whose key array *is* ``keys`` (a transform, a one-to-one join):
+        # its key facts (frontier, index, distinctness) hold as they are, nothing is
+        # sorted or coded again
+        if like is not None and keys is not like.keys:
+            raise ValueError("RelationType: like= needs the other type's own key array")
         keys = np.asarray(keys, dtype=np.int64)
         shape_ids = np.asarray(shape_ids, dtype=np.intp).reshape(-1)
         if keys.ndim != 2 or len(keys) != len(shape_ids):
@@ -358,24 +414,25 @@ class RelationType:
         if len(shape_ids):
             if shape_ids.min() < 0:
                 raise ValueError("RelationType: shape ids must be non-negative")
-            used, shape_ids = unique_inverse(shape_ids, int(shape_ids.max()) + 1)
-            distinct: dict[Shape, int] = {}
-            remap = np.array([distinct.setdefault(shapes[i], len(distinct)) for i in used], dtype=np.intp)
-            shape_ids = remap[shape_ids.reshape(-1)]
-            shapes = tuple(distinct)
+            shape_ids, shapes = _renumber_shapes(shape_ids, shapes)
         else:
             shapes = tuple(dict.fromkeys(shapes))
         memo: dict = {}
-        if sort and len(keys) > 1:
+        if like is not None:
+            memo.update((k, v) for k, v in like._memo.items() if k in ("frontier", "index", "distinct"))
+        elif sort and len(keys) > 1:
             rc = _radix(keys) if keys.shape[1] else None
             if rc is None:
                 order = lexsort_rows(keys)
                 keys, shape_ids = keys[order], shape_ids[order]
             else:  # the codes are order-preserving: sort them, keep them for locate
                 bases, codes = rc
-                order = _sorting_permutation(codes)
-                if order is not None:
-                    keys, shape_ids, codes = keys[order], shape_ids[order], codes[order]
+                if bool(np.all(codes[1:] > codes[:-1])):  # sorted and distinct (the usual case): one pass
+                    memo["distinct"] = True
+                else:
+                    order = _sorting_permutation(codes)
+                    if order is not None:
+                        keys, shape_ids, codes = keys[order], shape_ids[order], codes[order]
                 memo["index"] = _KeyIndex(bases, codes, None)
         keys.setflags(write=False)
         shape_ids = shape_ids.reshape(-1)
@@ -474,9 +531,17 @@ class RelationType:
                 self._memo["index"] = _KeyIndex(bases, codes if order is None else codes[order], order)
         return self._memo["index"]
 
-    def locate(self, keys) -> np.ndarray:
-        """Row index of each of ``keys`` (an (m, k) int array); -1 where absent."""
+    def locate(self, keys, dims=None) -> np.ndarray:
+        """Row index of each of ``keys`` (an (m, k) int array), or of each of
+        ``keys[:, dims]`` (read in place: no copy of the columns); -1 where absent."""
         keys = np.asarray(keys, dtype=np.int64)
+        if dims is not None:
+            dims = list(dims)
+            if keys.ndim == 2 and len(dims) == self.arity and self.ntuples:
+                index = self._index()
+                if index is not None:
+                    return index.locate(keys, dims)
+            keys = keys[:, dims]
         if keys.ndim != 2:
             keys = keys.reshape(-1, self.arity) if self.arity else keys.reshape(len(keys), 0)
         if self.ntuples == 0:
@@ -512,7 +577,7 @@ class RelationType:
     # -- integrity ---------------------------------------------------------
     def duplicates(self) -> list[Key]:
         """Keys that occur more than once (uniqueness, paper §3.2)."""
-        if self.ntuples < 2:
+        if self.ntuples < 2 or self._memo.get("distinct"):
             return []
         same = np.ones(self.ntuples - 1, dtype=bool)
         for j in range(self.arity):  # column by column (see _column_max)
@@ -561,6 +626,27 @@ class RelationType:
         )
 
 
+def _renumber_shapes(shape_ids: np.ndarray, shapes) -> tuple[np.ndarray, tuple]:
+    """``(ids, table)``: one table entry per distinct shape in use, in order of first
+    use by id.  Ids that already are that numbering (the usual case: every shape used,
+    no two equal) are kept as they are, not rewritten."""
+    bound = int(shape_ids.max()) + 1
+    if bound > 4 * len(shape_ids) + 1024:  # sparse ids: unique_inverse sorts
+        used, shape_ids = unique_inverse(shape_ids, bound)
+        lut = None
+    else:
+        used = np.flatnonzero(np.bincount(shape_ids, minlength=bound))
+        lut = np.arange(bound, dtype=np.intp)
+    distinct: dict[Shape, int] = {}
+    remap = np.array([distinct.setdefault(shapes[i], len(distinct)) for i in used], dtype=np.intp)
+    if lut is None:
+        shape_ids = remap[shape_ids.reshape(-1)]
+    elif len(used) < bound or not np.array_equal(remap, lut):
+        lut[used] = remap
+        shape_ids = lut[shape_ids]
+    return shape_ids, tuple(distinct)
+
+
 class _KeyIndex:
     """Sorted mixed-radix codes of a relation's keys, for :meth:`RelationType.locate`.
     ``order`` maps a sorted position to its row (``None``: the rows are sorted).  When
@@ -584,16 +670,25 @@ class _KeyIndex:
             return None
         return pos if self.order is None else self.order[pos]
 
-    def locate(self, keys: np.ndarray) -> np.ndarray:
-        m, k = keys.shape
+    def locate(self, keys: np.ndarray, dims=None) -> np.ndarray:
+        """Row of each of ``keys[:, dims]`` (default: all dims), -1 where absent."""
+        dims = range(keys.shape[1]) if dims is None else list(dims)
+        m, k = len(keys), len(dims)
         if k == 0:  # every query is the key (), row 0
             return np.zeros(m, dtype=np.intp)
-        valid = np.ones(m, dtype=bool)
-        for j, b in enumerate(self.bases):  # column by column (see _column_max)
-            col = keys[:, j]
+        valid = None  # None: every key is below the frontier (checked by min and max, no masks)
+        for d, b in zip(dims, self.bases):  # column by column (see _column_max)
+            col = keys[:, d]
+            if valid is None and m and int(col.min()) >= 0 and int(col.max()) < b:
+                continue
+            if valid is None:
+                valid = np.ones(m, dtype=bool)
             valid &= (col >= 0) & (col < b)
-        ok = bool(valid.all())
-        code = _mixed_radix(keys if ok else np.where(valid[:, None], keys, 0), self.bases)
+        ok = valid is None or bool(valid.all())
+        if ok:
+            code = _mixed_radix_cols(keys, dims, self.bases)
+        else:
+            code = _mixed_radix(np.where(valid[:, None], keys[:, dims], 0), self.bases)
         if self.dense:
             return code if ok else np.where(valid, code, -1)
         n = len(self.codes)

@@ -14,6 +14,7 @@ makes shared subexpressions evaluate once.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +22,8 @@ import numpy as np
 from ..kernels import Kernel, KernelTypeError
 from ..keys import KeyFn, Predicate
 from ..node import Node, toposort
-from ..types import ArrayType, Key, RelationType, Shape, encode_rows, join_pairs, lexsort_rows, unique
+from ..types import (ArrayType, Key, RelationType, Shape, _mixed_radix_cols, encode_rows, join_codes, key_codes,
+                     lexsort_rows, unique, unique_first_inverse)
 
 __all__ = ["Relation", "Aggregate", "Join", "Rekey", "Filter", "Transform", "Tile", "Concat", "toposort"]
 
@@ -291,23 +293,22 @@ def aggregate_type(node) -> RelationType:
     object.__setattr__(node, "group_by", gb)
     if t.ntuples == 0:
         return RelationType(np.zeros((0, len(gb)), np.int64), [], [], t.dtype)
-    gkeys = t.keys[:, list(gb)]
-    gcode = encode_rows(gkeys)
-    uniq, first, inv = np.unique(gcode, return_index=True, return_inverse=True)
-    inv = inv.reshape(-1)
+    uniq, first, inv = _groups(t, gb)
     # every group must hold chunks of one shape: the fold maps T x T -> T
-    pair = unique(inv * len(t.shapes) + t.shape_ids)
+    ns = len(t.shapes)
+    pair = unique(inv * ns + t.shape_ids, bound=len(uniq) * ns) if ns > 1 else uniq
     if len(pair) != len(uniq):
         g = int(np.flatnonzero(np.bincount(pair // len(t.shapes)) > 1)[0])
         members = np.flatnonzero(inv == g)
         shapes = sorted({t.shapes[t.shape_ids[i]] for i in members})
         raise ValueError(
-            f"{where}: group {tuple(gkeys[first[g]].tolist())} mixes chunk shapes "
+            f"{where}: group {tuple(t.keys[first[g], list(gb)].tolist())} mixes chunk shapes "
             f"{', '.join(map(str, shapes))}; an aggregation folds chunks of one shape "
             f"(group by the dims that index the smaller edge chunks too)"
         )
+    used = np.bincount(t.shape_ids, minlength=ns) > 0 if ns > 1 else [True]
     for sid, s in enumerate(t.shapes):
-        if not np.any(t.shape_ids == sid):
+        if not used[sid]:
             continue
         a = ArrayType(s, t.dtype)
         try:
@@ -319,7 +320,20 @@ def aggregate_type(node) -> RelationType:
                 f"{where}: kernel {node.kernel!r} maps two {a} chunks to {out}; an "
                 f"aggregation kernel must return chunks of its input type"
             )
-    return RelationType(gkeys[first], t.shape_ids[first], t.shapes, t.dtype)
+    return RelationType(t.keys[first][:, list(gb)], t.shape_ids[first], t.shapes, t.dtype)
+
+
+def _groups(t: RelationType, gb) -> tuple:
+    """``np.unique(encode_rows(t.keys[:, gb]), return_index=True, return_inverse=True)``
+    — the groups in key order, each one's first row, each row's group — read column
+    by column and counted, not sorted, when the groups' mixed-radix code (bases: the
+    frontier) is small; the same arrays."""
+    bases = [t.frontier[d] for d in gb]
+    bound = math.prod(bases)
+    if bound < 2**62:  # encode_rows' code (its bases are the column maxima + 1: the frontier)
+        return unique_first_inverse(_mixed_radix_cols(t.keys, gb, bases), bound)
+    uniq, first, inv = np.unique(encode_rows(t.keys[:, list(gb)]), return_index=True, return_inverse=True)
+    return uniq, first, inv.reshape(-1)
 
 
 def join_type(node, strict_ranges: bool = True) -> RelationType:
@@ -350,12 +364,25 @@ def join_type(node, strict_ranges: bool = True) -> RelationType:
                 f"joined dims must range over the same key values (chunk both tensors "
                 f"alike along the joined dim)"
             )
-    li, ri = join_pairs(L.keys[:, list(lo)], R.keys[:, list(ro)])
+    li, ri = join_codes(*key_codes(L.keys, lo, R.keys, ro))
     rest = [d for d in range(R.arity) if d not in ro]
-    keys = np.concatenate([L.keys[li], R.keys[ri][:, rest]], axis=1)
+    # li ascends, and for one li the ri ascend: the keys come out sorted (and distinct)
+    nl, n = L.ntuples, len(li)
+    same_keys = not rest and n == nl and (n < 2 or bool(np.all(li[1:] > li[:-1])))  # li is 0..nl-1
+    if same_keys:  # a one-to-one join on every left dim: the output keys are the left keys
+        keys = L.keys
+    else:  # column by column: no (pairs x arity) gathers to concatenate
+        keys = np.empty((n, L.arity + len(rest)), dtype=np.int64)
+        for j in range(L.arity):
+            keys[:, j] = L.keys[:, j][li]
+        for j, d in enumerate(rest):
+            keys[:, L.arity + j] = R.keys[:, d][ri]
     ns = len(R.shapes)
-    code = L.shape_ids[li] * ns + R.shape_ids[ri]
-    uniq, first, inv = np.unique(code, return_index=True, return_inverse=True)
+    if len(L.shapes) * ns == 1:  # one chunk shape a side: every pair is shape pair 0
+        code = np.zeros(n, dtype=np.int64)
+    else:
+        code = L.shape_ids[li] * ns + R.shape_ids[ri]
+    uniq, first, inv = unique_first_inverse(code, len(L.shapes) * ns)
     out_shapes, dtypes = [], set()
     for c, f in zip(uniq.tolist(), first.tolist()):
         la, ra = ArrayType(L.shapes[c // ns], L.dtype), ArrayType(R.shapes[c % ns], R.dtype)
@@ -370,7 +397,7 @@ def join_type(node, strict_ranges: bool = True) -> RelationType:
         out_shapes.append(out.shape)
         dtypes.add(out.dtype)
     dtype = dtypes.pop() if dtypes else np.result_type(L.dtype, R.dtype)
-    return RelationType(keys, inv.reshape(-1), out_shapes, dtype)
+    return RelationType(keys, inv.reshape(-1), out_shapes, dtype, like=L if same_keys else None)
 
 
 def _check_reads(where: str, rel: "Relation", reads, what: str) -> None:
@@ -389,19 +416,23 @@ def rekey_type(node) -> RelationType:
     t = node.input.type
     where = f"rekey({node.input.label}, {node.key_fn!r})"
     _check_reads(where, node.input, node.key_fn.dims_read, "the key function")
-    try:
-        keys, rows = node.key_fn.apply(t.keys)
+    try:  # the order of the pairs is free (the type sorts): take the one that needs no sort
+        keys, rows = node.key_fn.apply_sorted(t.keys)
     except (TypeError, ValueError) as e:
         raise type(e)(f"{where}: {e}") from None
     if keys.size and keys.min() < 0:
+        keys, rows = node.key_fn.apply(t.keys)  # errors name keys in apply's order
         bad = int(np.flatnonzero((keys < 0).any(axis=1))[0])
         raise ValueError(
             f"{where}: key {tuple(t.keys[rows[bad]].tolist())} maps to "
             f"{tuple(keys[bad].tolist())}, which has a negative entry; keys are non-negative"
         )
-    out = RelationType(keys, t.shape_ids[rows], t.shapes, t.dtype)
+    # one chunk shape: every id is 0 (zeros are not written, a 10^7-copy insert_dim saves a gather)
+    sids = np.zeros(len(rows), dtype=np.intp) if len(t.shapes) == 1 else t.shape_ids[rows]
+    out = RelationType(keys, sids, t.shapes, t.dtype)
     dup = out.duplicates()
     if dup:
+        keys, rows = node.key_fn.apply(t.keys)  # errors name keys in apply's order
         d = np.array(dup[0])
         src = t.keys[rows[np.all(keys == d, axis=1)]]
         raise ValueError(
@@ -432,7 +463,7 @@ def transform_type(node) -> RelationType:
         shapes.append(out.shape)
         dtypes.add(out.dtype)
     dtype = dtypes.pop() if dtypes else t.dtype
-    return RelationType(t.keys, t.shape_ids, shapes, dtype, sort=False)
+    return RelationType(t.keys, t.shape_ids, shapes, dtype, like=t)
 
 
 def tile_type(node) -> RelationType:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..types import RelationType, _sorting_permutation, encode_rows, join_codes, join_pairs, unique, unique_inverse
+from ..types import RelationType, _sorting_permutation, join_codes, join_pairs, key_codes, unique, unique_inverse
 
 __all__ = ["Layout", "PlacementError"]
 
@@ -50,6 +50,7 @@ class Layout:
     def __post_init__(self):
         if self.origin is None:
             object.__setattr__(self, "origin", fresh(len(self.rows)))
+            object.__setattr__(self, "_origins_distinct", True)  # fresh ids are distinct: nothing to check
 
     @property
     def ntuples(self) -> int:
@@ -285,16 +286,16 @@ def _local_pairs(L: Layout, Lt: RelationType, R: Layout, Rt: RelationType, lo, r
     join dims are coded once per key (the types are small), then per physical tuple
     ``key code * sites + site``: no (tuples x dims) matrices."""
     s = L.nsites
-    kcode = encode_rows(np.concatenate([Lt.keys[:, list(lo)], Rt.keys[:, list(ro)]]))
-    bound = int(kcode.max()) + 1 if len(kcode) else 0
+    lcode, rcode = key_codes(Lt.keys, lo, Rt.keys, ro)
+    bound = max(int(lcode.max()) if len(lcode) else -1, int(rcode.max()) if len(rcode) else -1) + 1
     if bound * s >= 2**62:  # too wide to pack with the site
         lcols = np.concatenate([Lt.keys[:, list(lo)][L.rows], L.sites[:, None]], axis=1)
         rcols = np.concatenate([Rt.keys[:, list(ro)][R.rows], R.sites[:, None]], axis=1)
         return join_pairs(lcols, rcols)
-    lc = kcode[: Lt.ntuples][L.rows]  # in place: a broadcast side has 10^7 physical tuples
+    lc = lcode[L.rows]  # in place: a broadcast side has 10^7 physical tuples
     lc *= s
     lc += L.sites
-    rc = kcode[Lt.ntuples:][R.rows]
+    rc = rcode[R.rows]
     rc *= s
     rc += R.sites
     return join_codes(lc, rc)
@@ -355,9 +356,10 @@ def aggregate_layout(inp: Layout, in_t: RelationType, group_by, out_t: RelationT
                      can_be_partial: bool, where: str) -> Layout:
     """One output tuple per (group, site) holding any of the group's tuples."""
     s = inp.nsites
-    g_of_row = out_t.locate(in_t.keys[:, list(group_by)])
+    g_of_row = out_t.locate(in_t.keys, group_by)
     g = g_of_row[inp.rows]
-    code = g.astype(np.int64) * s + inp.sites
+    code = g.astype(np.int64, copy=False) * s
+    code += inp.sites
     uniq, out_index = unique_inverse(code, out_t.ntuples * s)
     if inp.partial:  # a group is whole on a site iff all its physical tuples are there
         need = np.bincount(g, minlength=out_t.ntuples)
@@ -403,14 +405,25 @@ def expand_layout(inp: Layout, n_in: int, out_rows: np.ndarray, src_rows: np.nda
     out_sorted = out_rows if order is None else out_rows[order]
     counts = np.bincount(src_rows, minlength=n_in)
     starts = np.r_[0, np.cumsum(counts)[:-1]]
-    c = counts[inp.rows]
-    phys = np.repeat(np.arange(inp.ntuples), c)
-    offset = np.arange(len(phys)) - np.repeat(np.cumsum(c) - c, c)
-    rows = out_sorted[np.repeat(starts[inp.rows], c) + offset]
+    m = inp.ntuples
+    if n_in and int(counts.min()) == int(counts.max()):
+        # every input row has k outputs (insert_dim, a pure rekey): copy j of physical
+        # tuple i is output row starts[row] + j, laid out as an (m, k) grid; no
+        # per-tuple repeat counts and offsets
+        k = int(counts[0])
+        phys = np.repeat(np.arange(m), k)
+        rows = out_sorted[(starts[inp.rows][:, None] + np.arange(k)).reshape(-1)]
+        sites = np.repeat(inp.sites, k)
+    else:
+        c = counts[inp.rows]
+        phys = np.repeat(np.arange(m), c)
+        offset = np.arange(len(phys)) - np.repeat(np.cumsum(c) - c, c)
+        rows = out_sorted[np.repeat(starts[inp.rows], c) + offset]
+        sites = inp.sites[phys]
     if data == "same":
         origin = inp.origin[phys]
     elif data == "per_input":
-        origin = fresh(inp.ntuples)[phys]
+        origin = fresh(m)[phys]
     else:
         origin = None
-    return Layout(inp.nsites, rows, inp.sites[phys], inp.partial, (phys,), None, origin)
+    return Layout(inp.nsites, rows, sites, inp.partial, (phys,), None, origin)

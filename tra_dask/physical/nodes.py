@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..kernels import Kernel
-from ..keys import KeyFn
+from ..keys import InsertDim, KeyFn
 from ..logical.nodes import (_check_dims, aggregate_type, concat_type, filter_type, join_type, rekey_type,
                              tile_type, transform_type)
 from ..logical.sources import Source
@@ -317,7 +317,12 @@ class KeyArrayMap:
         return transform_type(SimpleNamespace(input=SimpleNamespace(type=t, label=inp.label), kernel=self.kernel))
 
     def lineage(self, t_in: RelationType, t_out: RelationType):
-        keys, src = self.key_fn.apply(t_in.keys)
+        fn = self.key_fn
+        if isinstance(fn, InsertDim) and t_out.ntuples == t_in.ntuples * fn.count:
+            # t_out is the insert_dim of t_in (out_type: keys distinct, so every copy is
+            # a key): where each copy lands is arithmetic, no key matrix, no lookup
+            return fn.sorted_rows(t_in.keys), np.repeat(np.arange(t_in.ntuples), fn.count)
+        keys, src = fn.apply(t_in.keys)
         return t_out.locate(keys), src
 
     def __repr__(self):

@@ -116,6 +116,19 @@ class NodeWork:
         self.kind = kind
         if not len(idx):
             return
+        n = len(code)
+        lo = int(code.min())
+        span = int(code.max()) - lo + 1
+        if span <= 4 * n + 1024:  # codes in a dense range (fresh ids are): a table, no sort
+            c = code - lo
+            at = np.empty(span, dtype=np.int64)
+            at[c[::-1]] = np.arange(n - 1, -1, -1, dtype=np.int64)  # a repeated index keeps the last write
+            first_of = at[c]  # each tuple's group, named by its first tuple's position
+            del at, c
+            is_first = first_of == np.arange(n)
+            self.task_tuple = idx[is_first]  # tasks in tuple order
+            self.made_by[idx] = (np.cumsum(is_first) - 1)[first_of]
+            return
         order = np.argsort(code, kind="stable")  # sort-based: np.unique is slow on many ints
         v = code[order]
         new = np.r_[True, v[1:] != v[:-1]]
