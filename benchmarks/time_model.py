@@ -131,7 +131,13 @@ def main(argv=None):
             calib.append((sites, spec, took))
             print(f"{sites} workers: {spec} ({took:.2f} s)", flush=True)
             for name, dtype, build in cases(args.scale, args.dtype):
-                rows = run_case(client, build, args.repeat, seeds, args.alternatives)
+                try:
+                    rows = run_case(client, build, args.repeat, seeds, args.alternatives)
+                except RuntimeError as e:  # e.g. workers gone (out of memory): say so, keep what was measured
+                    row = f"| {sites} | {name} | {dtype} | failed: {str(e)[:120]} | | | | | | |"
+                    print(row, flush=True)
+                    lines.append(row)
+                    break
                 fastest = min(min(w) for _, _, w, _ in rows)
                 chosen = min(rows[0][2])
                 by_bytes = next((min(w) for lab, _, w, _ in rows if lab.startswith("chosen by bytes")), chosen)

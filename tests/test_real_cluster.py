@@ -64,10 +64,12 @@ def test_submit_on_a_dask_scheduler_cluster(real_cluster):
         ran, planned = rf.ran_on(), rf.planned_on()
         assert set(ran) == set(planned) and all(ran[k] == w for k, w in planned.items())
         assert rf.transfers() == rf.plan.cost.bytes_moved
-        # submit chose the plan by predicted time on this cluster, measured once and cached
+        # the time objective plans for this cluster, measured once and cached
+        timed = td.submit(matmul(X, Y), client=client, objective="time")
         spec = td.cluster_spec(client)
         assert spec.sites == 2 and spec.source.startswith(f"calibrated on {address}")
-        assert rf.plan.cost.seconds is not None and td.calibrate(client).sites == 2
+        assert timed.plan.search.objective.cluster == spec and timed.transfers() == timed.plan.cost.bytes_moved
+        np.testing.assert_allclose(timed.to_numpy(), td.to_numpy(X) @ td.to_numpy(Y), rtol=1e-10, atol=1e-10)
         client.shutdown()  # stops the scheduler and the workers this test started
     for p in procs:
         assert p.wait(timeout=30) is not None

@@ -28,13 +28,13 @@ def sketch_everything(floor=1):
 
 def test_sketched_plans_simulate_to_the_reference():
     """The soundness property (test_soundness.py) with every sketchable random program
-    (no filter, no key-by-key placement: about one in eight) planned on a sketch of
+    (no filter or concat, no key-by-key placement, dims long enough to cut) planned on a sketch of
     it: blocks cut to as few as one per dim, ragged edges, fixed placements, several
     outputs.  Counts how many programs were sketched: the property must have
     exercised the sketch."""
     seen = {"examples": 0, "sketched": 0, "reduced": 0}
 
-    @settings(max_examples=300, deadline=None,
+    @settings(max_examples=400, deadline=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
     @given(programs())
     def prop(prog):
@@ -49,7 +49,7 @@ def test_sketched_plans_simulate_to_the_reference():
             assert [s.name for s in plan.stages] == ["compile", "search", "replay", "check"]
 
     prop()
-    assert seen["reduced"] >= 25, seen
+    assert seen["reduced"] >= 8, seen  # about one program in twenty (measured: 14 of 300)
 
 
 def _src(shape, chunks, name, rng):

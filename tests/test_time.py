@@ -160,7 +160,7 @@ def test_calibrate_a_local_cluster(cluster):
     # a plan for it runs and its bytes are as predicted
     rng = np.random.default_rng(1)
     e = matmul(_mat(rng, (300, 200), (100, 100), "A"), _mat(rng, (200, 100), (100, 50), "B"))
-    rf = td.submit(e, client=cluster)
+    rf = td.submit(e, client=cluster, objective="time")
     assert rf.plan.cost.seconds is not None and rf.transfers() == rf.plan.cost.bytes_moved
     np.testing.assert_allclose(rf.to_numpy(), td.to_numpy(e))
 

@@ -230,9 +230,9 @@ def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool =
     """The plan :func:`submit` would run for ``expr`` on ``client``'s workers (with the
     fixed placements of data already on the cluster), without running it.
 
-    With the default ``"time"`` objective the plan is chosen for this cluster: it is
-    measured once (:func:`tra_dask.calibrate`, about a second) and the spec cached per
-    cluster; ``calibrate=False`` uses the defaults instead."""
+    With ``objective="time"`` the plan is chosen for this cluster: it is measured once
+    (:func:`tra_dask.calibrate`, 1-3 s) and the spec cached per cluster;
+    ``calibrate=False`` uses the default :class:`~tra_dask.ClusterSpec` instead."""
     client, workers = _resolve(client, sites)
     if not isinstance(expr, (Relation, tuple, list, dict)) and hasattr(expr, "__tra_relation__"):
         expr = expr.__tra_relation__()
@@ -242,7 +242,7 @@ def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool =
     if memory_limit is None:
         memory_limit = _workers_memory_limit(client, workers)
     cluster = None
-    if objective in (None, "time"):
+    if objective == "time":
         from .calibration import cluster_spec
 
         cluster = cluster_spec(client, calibrate_=calibrate).with_sites(len(workers))
@@ -265,7 +265,7 @@ def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: 
         Search for the cheapest plan (default); False runs the paper's compiled plan.
     memory_limit : bytes per site, optional
         Default: the smallest memory limit of the chosen workers (if they have one).
-    objective : "time" (default), "bytes" or an Objective
+    objective : "bytes" (default), "time" or an Objective
         What the optimizer minimises (see :func:`tra_dask.optimize`).
     calibrate : bool
         For the time objective: measure the cluster once (cached) rather than use

@@ -131,14 +131,18 @@ class FastestTime:
 
 
 OBJECTIVES = {"time": FastestTime, "bytes": FewestBytes}
-DEFAULT_OBJECTIVE = "time"
+# The default stays "bytes" until the time model proves itself on the clock:
+# benchmarks/time_model.py measures the time objective's choice fastest-or-within-10%
+# in 12 of 26 cases and the bytes objective's in 13 (benchmarks/README.md).
+DEFAULT_OBJECTIVE = "bytes"
 
 
 def as_objective(spec, memory_limit=None, cluster=None) -> Objective:
     """An objective from a name in :data:`OBJECTIVES`, an Objective instance, or None
-    (the default, ``"time"``).  ``cluster`` (a ClusterSpec) is for ``"time"``."""
+    (the default: ``"time"`` when a ``cluster`` (ClusterSpec) is given, else
+    :data:`DEFAULT_OBJECTIVE`)."""
     if spec is None:
-        spec = DEFAULT_OBJECTIVE
+        spec = "time" if cluster is not None else DEFAULT_OBJECTIVE
     if isinstance(spec, str):
         if spec not in OBJECTIVES:
             raise ValueError(f"unknown objective {spec!r}; valid: {', '.join(OBJECTIVES)} (or an Objective: "

@@ -17,14 +17,21 @@ Soundness does not rest on the sketch.  Replaying re-derives every layout at ful
 size, and a layout derivation raises :class:`~tra_dask.physical.PlacementError`
 when a local join's inputs are not co-located or a partial aggregate is read too
 early; a replayed plan must also produce exactly the expression's output relation
-(keys and chunk shapes).  A candidate that fails either check is dropped; if all
-fail, the search runs at full size.  The rules' other side conditions are kernel
-facts about chunk shapes, which the sketch preserves.
+(keys and chunk shapes); and the one kind of rule side condition that depends on
+chunk shapes — a distributive law proved only for equal shapes (R1-4, R1-7's
+premap form) — is proved again at full size wherever the plan has the form such a
+rewrite makes (:func:`_laws_hold`: conservative, a form the user wrote is checked
+too).  A candidate that fails any check is dropped; if all fail, the search runs at
+full size.  (The soundness test found the need: a sketch cut to one block per dim
+has only equal shapes, so R1-7 fired where the full relation pairs unequal ones.)
 
 A sketch is made only when every parameter is free of block counts: grid sources
 (``from_numpy``, ``from_function``, or any source whose keys form a full block
-grid), no filters (a predicate may name block indices), key maps that only pick
-dims, and ``insert_dim`` (whose count is a block count, mapped both ways).
+grid), no filters (a predicate may name block indices), no concat (its chunk is a
+whole dim), key maps that only pick dims, and ``insert_dim`` (whose count is a
+block count, mapped both ways).  Reduced block counts keep their order and their
+gaps of two or more, and every dim keeps at least two blocks (an interior and an
+edge chunk).
 """
 
 from __future__ import annotations
@@ -35,10 +42,10 @@ from dataclasses import dataclass, field
 
 
 from ..keys import InsertDim, KeyMap, insert_dim
-from ..logical import Filter, Rekey, Source
+from ..logical import Concat, Filter, Rekey, Source
 from ..logical.sources import FromFunction
 from ..node import toposort
-from ..physical import KeyArrayMap, KeySites, LocalMap, PlacementError, PSource
+from ..physical import KeyArrayMap, KeySites, LocalAggregate, LocalJoin, LocalMap, PlacementError, PSource
 from ..types import RelationType, grid_type
 
 __all__ = ["SKETCH_TUPLES", "Sketch", "make_sketch", "replay"]
@@ -111,10 +118,11 @@ def _reductions(counts, factor: float, floor: int) -> dict:
     """Block count -> sketch block count: divided by ``factor``, at least ``floor``
     (a count at or below it is kept), increasing and one-to-one, so that every
     sketch count maps back to one full count (an ``insert_dim`` count is one)."""
-    out, last = {}, 0
+    out, last, prev = {}, 0, 0
     for n in sorted(set(counts)):
-        small = n if n <= floor else max(floor, math.ceil(n / factor))
-        out[n] = last = max(small, last + 1)
+        small = n if n <= max(floor, 2) else max(floor, 2, math.ceil(n / factor))
+        out[n] = last = max(small, last + min(n - prev, 2))  # a gap of two keeps a value strictly between
+        prev = n
     return out
 
 
@@ -129,7 +137,7 @@ def make_sketch(outputs, sites: int, placements: dict | None, *, target: int | N
     order = toposort(outputs)
     grids = {}
     for n in order:
-        if isinstance(n, Filter):
+        if isinstance(n, (Filter, Concat)):
             return None
         if isinstance(n, Rekey) and not (isinstance(n.key_fn, InsertDim)
                                          or (isinstance(n.key_fn, KeyMap) and n.key_fn.projection is not None)):
@@ -201,4 +209,28 @@ def replay(outputs, sk: Sketch, want_types) -> list:
     for i, (o, want) in enumerate(zip(full, want_types)):
         if o.layout.partial or o.type != want:
             raise PlacementError(f"replayed output {i} is not the expression's relation")
+    for n in toposort(full):
+        if not _laws_hold(n):
+            raise NotReplayable(f"{n.label}: a distributive law proved on the sketch's chunk shapes fails at full size")
     return full
+
+
+def _laws_hold(n) -> bool:
+    """The shape-dependent side conditions of R1-4 and R1-7 (premap form), proved
+    for the full-size node ``n`` wherever it has the form those rewrites make."""
+    from ..kernels import _Before
+    from .rules._util import folds_equal_shapes, is_identity_map, join_pairs_equal_shapes
+
+    if isinstance(n, LocalJoin) and isinstance(getattr(n.kernel, "fn", None), _Before):
+        f = n.kernel.fn
+        return f.pre.distributes(f.binary, equal_shapes=join_pairs_equal_shapes(n))
+    if (isinstance(n, LocalAggregate) and isinstance(n.input, LocalMap) and is_identity_map(n.input)
+            and n.input.op.kernel is not None and getattr(n.kernel, "arity", 0) == 2):
+        return n.input.op.kernel.distributes(
+            n.kernel, equal_shapes=folds_equal_shapes(n.input.input.type, n.group_by, n.type))
+    if (isinstance(n, LocalMap) and is_identity_map(n) and n.op.kernel is not None
+            and isinstance(n.input, LocalAggregate) and getattr(n.input.kernel, "arity", 0) == 2):
+        agg = n.input
+        return n.op.kernel.distributes(
+            agg.kernel, equal_shapes=folds_equal_shapes(agg.input.type, agg.group_by, agg.type))
+    return True

@@ -39,10 +39,13 @@ class T:
         # travelled is another key, and sending it on is another transfer.  A transfer
         # is one copy arriving at one site: tuples that share it travel once.
         # ``made``: a kernel call's result is a new array on the cluster even when the
-        # kernel hands back its input object (``identity``, ``lambda x: x``)
+        # kernel hands back its input object (``identity``, ``lambda x: x``); True, or
+        # what tells the calls apart beyond their inputs (a join runs one task per
+        # output tuple: two tuples joined from the same two arrays are two arrays,
+        # physical/work.py — while a map's m output keys share its one call)
         inherit = not made and self.parents and self.parents[0].chunk is chunk
         if made:
-            source = ("made", id(node), tuple(p.copy for p in self.parents))
+            source = ("made", id(node), None if made is True else made, tuple(p.copy for p in self.parents))
         else:
             source = self.parents[0].copy if inherit else ("new", id(chunk))
         self.transfer = (source, dest) if moved else None
@@ -186,7 +189,7 @@ def _local_join(node: LocalJoin, left: Sites, right: Sites):
             for r in index.get(tuple(lt.key[d] for d in node.left_on), ()):
                 key = lt.key + tuple(r.key[d] for d in rest)
                 key = key if node.key_fn is None else node.key_fn(key)
-                site.append(T(key, node.kernel(lt.chunk, r.chunk), node, [lt, r], made=True))
+                site.append(T(key, node.kernel(lt.chunk, r.chunk), node, [lt, r], made=("join", key)))
         out.append(site)
     return out
 
