@@ -76,11 +76,12 @@ def cases(scale: float, dtypes):
 def run_case(client, build, repeat, seeds, k_alternatives):
     """Time the chosen plan, one alternative per other strategy and the default
     spec's choice, interleaved.  Returns [(label, predicted s, [walls], busy runs)]."""
-    plan = td.plan_for(build(client, next(seeds)), client)
+    plan = td.plan_for(build(client, next(seeds)), client, objective="time")
     picks = plans_to_time(plan, k_alternatives)
     chosen_strategy = picks[0][1].split(": ", 1)[1]
     others = {}  # the plan the default spec, and the bytes objective, would choose (when another strategy)
-    for label, kw in (("chosen with the default spec", dict(calibrate=False)), ("chosen by bytes", dict(objective="bytes"))):
+    for label, kw in (("chosen with the default spec", dict(objective="time", calibrate=False)),
+                      ("chosen by bytes", dict(objective="bytes"))):
         q = td.plan_for(build(client, next(seeds)), client, **kw)
         strategy = "; ".join(dict.fromkeys(q.strategies())) or "compiled"
         if strategy != chosen_strategy:
@@ -93,7 +94,7 @@ def run_case(client, build, repeat, seeds, k_alternatives):
         for i, lab in enumerate(labels):
             seed = next(seeds)
             if i < len(picks):
-                p = pick(td.plan_for(build(client, seed), client), picks[i][0])
+                p = pick(td.plan_for(build(client, seed), client, objective="time"), picks[i][0])
             else:
                 p = td.plan_for(build(client, seed), client, **others[lab])
             predicted[lab] = plan_seconds(p.cost, td.cluster_spec(client))[0]  # on *this* cluster, for every plan
