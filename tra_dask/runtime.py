@@ -158,7 +158,7 @@ def _wait_done(futures, client: Client | None = None, pinned=(), timeout: float 
     which an embedded cluster is not).  With ``pinned`` workers, fail fast if one of
     them leaves the cluster: tasks pinned to it could never run."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    pending, last_check = list(futures), 0.0
+    pending, last_check, missing = list(futures), 0.0, set()
     while pending:
         pending = [f for f in pending if not f.done()]
         if not pending:
@@ -166,7 +166,10 @@ def _wait_done(futures, client: Client | None = None, pinned=(), timeout: float 
         now = time.monotonic()
         if pinned and now - last_check > 0.5:
             last_check = now
-            gone = set(pinned) - set(client.scheduler_info(n_workers=-1)["workers"])
+            # gone in two checks in a row (0.5 s apart): one answer without a worker
+            # has been seen while the cluster was busy and every worker was alive
+            now_missing = set(pinned) - set(client.scheduler_info(n_workers=-1)["workers"])
+            gone, missing = now_missing & missing, now_missing
             if gone:
                 sites = sorted(list(pinned).index(w) for w in gone)
                 raise RuntimeError(
