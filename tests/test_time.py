@@ -79,6 +79,10 @@ def test_kernel_rates_by_class_and_chunk_size():
         assert kernel_class(join.kernel) == "blas" and kernel_rate(join, spec) == pytest.approx(want)
         agg = plan.outputs[0]
         assert kernel_class(agg.kernel) == "elementwise" and kernel_rate(agg, spec) == 1e9
+    # float32 runs twice as fast
+    A32 = td.from_numpy(rng.normal(size=(800, 800)).astype("float32"), 400, name="A")
+    join = next(x for x in td.compile(matmul(A32, A32), 2).nodes if type(x).__name__ == "LocalJoin")
+    assert kernel_rate(join, spec) == pytest.approx(2 * 0.8e10)
 
 
 def test_imbalance_and_slow_links_cost_time():

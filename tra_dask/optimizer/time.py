@@ -26,7 +26,8 @@ on the previous one (pipelining), nor transfers sharing a link with computation.
 
 Kernel classes: ``"blas"`` for kernels built on a matrix product (compute bound; the
 rate falls on small chunks, see :class:`ClusterSpec`), ``"elementwise"`` for every
-other kernel (memory bound: its flop count is about one per element touched).
+other kernel (memory bound: its flop count is about one per element touched).  Rates
+are calibrated in float64 and scale by 8 / itemsize for narrower dtypes.
 Loading a ``from_function`` chunk and scattering a ``from_numpy`` chunk count as
 tasks only (the data is made or sent before a benchmark's clock starts).
 """
@@ -78,7 +79,9 @@ def kernel_rate(node, spec: ClusterSpec) -> float:
     """Flops (elements) per second per thread of the node's kernel on its chunks."""
     kernel = _kernel_of(node)
     cls = kernel_class(kernel)
-    peak = spec.rates[cls]
+    # rates are for float64; narrower floats go through SIMD units and memory that
+    # many times faster (float32 about twice: measured 2x for matmul here)
+    peak = spec.rates[cls] * (8 / max(min(node.type.dtype.itemsize, 8), 2))
     if cls != "blas" or not spec.blas_half_size:
         return peak
     try:  # one call's product size n (of n x n x n) on the first (interior) chunk shapes
