@@ -22,7 +22,7 @@ import time
 import dask.array as da
 
 import tra_dask as td
-from _harness import LoadWatch, machine_line, pick, plans_to_time, start_cluster
+from _harness import LoadWatch, machine_line, plans_to_time, start_cluster
 from tra_dask.optimizer.time import plan_seconds
 from tra_dask.programs import ffnn_sgd_step, matmul, nearest_neighbor
 
@@ -73,6 +73,17 @@ def cases(scale: float, dtypes):
         yield f"ffnn speech N={n} D={d} H={h}", dtype, build_ffnn
 
 
+def _same_strategy(plan, picked):
+    """The plan of the same rank, or else of the same strategy, as ``picked`` (index,
+    label) among a new plan's alternatives; None if there is none."""
+    index, label = picked
+    name = label.split(": ", 1)[1]
+    candidates = [plan, *plan.alternatives]
+    if index < len(candidates) and ("; ".join(dict.fromkeys(candidates[index].strategies())) or "compiled") == name:
+        return candidates[index]
+    return next((c for c in candidates if ("; ".join(dict.fromkeys(c.strategies())) or "compiled") == name), None)
+
+
 def run_case(client, build, repeat, seeds, k_alternatives):
     """Time the chosen plan, one alternative per other strategy and the default
     spec's choice, interleaved.  Returns [(label, predicted s, [walls], busy runs)]."""
@@ -94,7 +105,9 @@ def run_case(client, build, repeat, seeds, k_alternatives):
         for i, lab in enumerate(labels):
             seed = next(seeds)
             if i < len(picks):
-                p = pick(td.plan_for(build(client, seed), client, objective="time"), picks[i][0])
+                p = _same_strategy(td.plan_for(build(client, seed), client, objective="time"), picks[i])
+                if p is None:  # new inputs sit elsewhere: this strategy was not among the plans this time
+                    continue
             else:
                 p = td.plan_for(build(client, seed), client, **others[lab])
             predicted[lab] = plan_seconds(p.cost, td.cluster_spec(client))[0]  # on *this* cluster, for every plan
@@ -105,7 +118,7 @@ def run_case(client, build, repeat, seeds, k_alternatives):
             walls[lab].append(w.wall)
             busy[lab] += w.busy
             del rf
-    return [(lab, predicted[lab], walls[lab], busy[lab]) for lab in labels]
+    return [(lab, predicted[lab], walls[lab], busy[lab]) for lab in labels if walls[lab]]
 
 
 def main(argv=None):

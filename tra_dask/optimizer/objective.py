@@ -133,7 +133,7 @@ class FastestTime:
 OBJECTIVES = {"time": FastestTime, "bytes": FewestBytes}
 # The default stays "bytes" until the time model proves itself on the clock:
 # benchmarks/time_model.py measures the time objective's choice fastest-or-within-10%
-# in 12 of 26 cases and the bytes objective's in 13 (benchmarks/README.md).
+# in 19 of 32 cases and the bytes objective's in 19 too (benchmarks/README.md).
 DEFAULT_OBJECTIVE = "bytes"
 
 
