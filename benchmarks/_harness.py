@@ -211,13 +211,18 @@ HEADER = ["| case | dtype | system / plan | min (s) | median (s) | MiB moved | M
           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
 
+def strategy(plan) -> str:
+    """The plan's strategies, each once, in plan order ("" when none is recognised)."""
+    return "; ".join(dict.fromkeys(plan.strategies()))
+
+
 def plans_to_time(plan, k: int):
     """Indices into [plan, *alternatives]: the chosen plan and up to ``k``
     alternatives, one per distinct strategy, with their names."""
-    out, seen = [(0, "tra_dask chosen: " + ("; ".join(dict.fromkeys(plan.strategies())) or "compiled"))], set()
+    out, seen = [(0, "tra_dask chosen: " + (strategy(plan) or "compiled"))], set()
     seen.add(out[0][1].split(": ", 1)[1])
     for i, alt in enumerate(plan.alternatives, start=1):
-        name = "; ".join(dict.fromkeys(alt.strategies())) or "other"
+        name = strategy(alt) or "other"
         if name in seen or len(out) > k:
             continue
         seen.add(name)

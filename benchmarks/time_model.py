@@ -22,7 +22,7 @@ import time
 import dask.array as da
 
 import tra_dask as td
-from _harness import LoadWatch, machine_line, plans_to_time, start_cluster
+from _harness import LoadWatch, machine_line, plans_to_time, start_cluster, strategy
 from tra_dask.optimizer.time import plan_seconds
 from tra_dask.programs import ffnn_sgd_step, matmul, nearest_neighbor
 
@@ -78,10 +78,11 @@ def _same_strategy(plan, picked):
     label) among a new plan's alternatives; None if there is none."""
     index, label = picked
     name = label.split(": ", 1)[1]
+    name = "" if name in ("compiled", "other") else name  # plans_to_time's names for no strategy
     candidates = [plan, *plan.alternatives]
-    if index < len(candidates) and ("; ".join(dict.fromkeys(candidates[index].strategies())) or "compiled") == name:
+    if index < len(candidates) and strategy(candidates[index]) == name:
         return candidates[index]
-    return next((c for c in candidates if ("; ".join(dict.fromkeys(c.strategies())) or "compiled") == name), None)
+    return next((c for c in candidates if strategy(c) == name), None)
 
 
 def run_case(client, build, repeat, seeds, k_alternatives):
@@ -94,9 +95,9 @@ def run_case(client, build, repeat, seeds, k_alternatives):
     for label, kw in (("chosen with the default spec", dict(objective="time", calibrate=False)),
                       ("chosen by bytes", dict(objective="bytes"))):
         q = td.plan_for(build(client, next(seeds)), client, **kw)
-        strategy = "; ".join(dict.fromkeys(q.strategies())) or "compiled"
-        if strategy != chosen_strategy:
-            others[f"{label}: {strategy}"] = kw
+        name = strategy(q) or "compiled"
+        if name != chosen_strategy:
+            others[f"{label}: {name}"] = kw
     labels = [name for _, name in picks] + list(others)
     walls = {lab: [] for lab in labels}
     predicted = {}
