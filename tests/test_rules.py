@@ -173,3 +173,21 @@ def test_rules_tuple_is_the_whole_optimizer_vocabulary():
     assert [r.__name__ for r in R.RULES_R1] == sorted(r.__name__ for r in R.RULES_R1)
     for r in R.RULES:
         assert r.__doc__ and len(r.__doc__) > 40, r.__name__
+
+
+def test_r1_3_keeps_a_kernel_above_the_filter_that_makes_its_chunks_fit():
+    """Below ``k0 == k1`` a diagonal kernel would meet the off-diagonal edge chunks
+    (2x1) it cannot take: R1-3 must not push it there (found by td.einsum('ii->i'))."""
+    from tra_dask.frontend.chunk_ops import einsum_kernel
+
+    m = np.arange(49.0).reshape(7, 7)
+    M = td.from_numpy(m, 2, name="M")
+    f = LocalFilter(td.compile(M, sites=2).outputs[0], k0 == k1)
+    node = LocalMap(f, KeyArrayMap(identity(2), einsum_kernel("ii->i")))
+    assert list(R.r1_3_swap_map_and_filter(node)) == []
+    # an elementwise kernel takes every chunk: the swap stays available
+    node = LocalMap(f, KeyArrayMap(identity(2), K("exp")))
+    assert len(list(R.r1_3_swap_map_and_filter(node))) == 1
+    expr = td.rekey(td.transform(td.filter(M, k0 == k1), einsum_kernel("ii->i")), project(0))
+    plan = td.optimize(expr, sites=2)
+    np.testing.assert_allclose(td.to_numpy(expr, td.simulate(plan).result), np.diag(m))

@@ -39,12 +39,28 @@ def r1_2_merge_maps(node: PNode) -> Iterator[PNode]:
     yield from attempt(lambda: LocalMap(node.input.input, KeyArrayMap(key_fn, kernel)))
 
 
+def _takes_all(kernel, rtype) -> bool:
+    """Whether the unary ``kernel`` types on every chunk shape of ``rtype``."""
+    from ...kernels import KernelTypeError
+    from ...types import ArrayType
+
+    try:
+        for shape in rtype.shapes:
+            kernel.out_type(ArrayType(tuple(shape), rtype.dtype))
+    except KernelTypeError:
+        return False
+    return True
+
+
 def r1_3_swap_map_and_filter(node: PNode) -> Iterator[PNode]:
     """R1-3. map(id, g)(σ_p(R)) ≡ σ_p(map(id, g)(R)), when the map's key function
     is the identity.  Both directions."""
     if isinstance(node, LocalMap) and is_identity_map(node) and isinstance(node.input, LocalFilter):
         f = node.input
-        yield from attempt(lambda: LocalFilter(LocalMap(f.input, node.op), f.pred))
+        # below the filter the kernel meets every chunk, not only the kept ones: it
+        # must take them all (einsum 'ii->i' after k0 == k1 takes square chunks only)
+        if node.op.kernel is None or _takes_all(node.op.kernel, f.input.type):
+            yield from attempt(lambda: LocalFilter(LocalMap(f.input, node.op), f.pred))
     if isinstance(node, LocalFilter) and isinstance(node.input, LocalMap) and is_identity_map(node.input):
         m = node.input
         yield from attempt(lambda: LocalMap(LocalFilter(m.input, node.pred), m.op))
