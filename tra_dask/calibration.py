@@ -106,15 +106,15 @@ def _in_situ_blas(client, workers, spec: ClusterSpec, n: int = 1024, chunk: int 
     import dataclasses
 
     import dask.array as da
-    from distributed import wait
+    from distributed import futures_of
 
     from .optimizer.time import plan_seconds
     from .programs import matmul
-    from .runtime import from_dask_array, plan_for, submit
+    from .runtime import _wait_done, from_dask_array, plan_for, submit
 
     rng = da.random.default_rng(7)
     a, b = (client.persist(rng.random((n, n), chunks=chunk)) for _ in range(2))
-    wait([a, b])
+    _wait_done(futures_of([a, b]), client)  # distributed.wait would need a default client
     expr = matmul(from_dask_array(a, client=client, name="A"), from_dask_array(b, client=client, name="B"))
     runs = []
     for _ in range(3):  # planned each time: where the inputs are may change (Dask's memory manager)
