@@ -18,16 +18,53 @@ from .logical import (
     join,
     rekey,
     tile,
-    to_numpy,
     transform,
 )
+from .logical import to_numpy as _relation_to_numpy
+from .frontend import Array, asarray, dot, einsum, from_array, matmul, tensordot
 from .optimizer import ClusterSpec, Plan, compile, optimize
 from .physical import All, KeySites, Part, simulate
 from .types import ArrayType, RelationType
 
 __version__ = "0.1.0"
 
-_RUNTIME = ("submit", "compute", "plan_for", "from_dask_array", "RelationFutures")
+_RUNTIME = ("plan_for", "from_dask_array", "RelationFutures")
+
+
+def to_numpy(x, chunks=None):
+    """One numpy array from a relation whose keys form a chunk grid (``chunks``: its
+    evaluated chunks, else it is evaluated here), or from a :class:`td.Array`
+    (evaluated in this process by the reference evaluator)."""
+    if isinstance(x, Array):
+        from .frontend.run import evaluate_local
+
+        return evaluate_local(x)
+    return _relation_to_numpy(x, chunks)
+
+
+def submit(x, client=None, sites=None, **kw):
+    """Run a TRA expression, a Plan or a :class:`td.Array` on a Dask cluster (see
+    :func:`tra_dask.runtime.submit`); futures back."""
+    if isinstance(x, Array):
+        from .frontend.run import submit as _submit_array
+
+        return _submit_array(x, client, sites, **kw)
+    from . import runtime
+
+    return runtime.submit(x, client, sites, **kw)
+
+
+def compute(x, client=None, sites=None, **kw):
+    """Run and gather: a numpy array for a :class:`td.Array`, ``{key: chunk}`` for a
+    relation (see :func:`tra_dask.runtime.compute`)."""
+    if isinstance(x, Array):
+        from .frontend.run import compute as _compute_array
+
+        return _compute_array(x, client, sites, **kw)
+    from . import runtime
+
+    return runtime.compute(x, client, sites, **kw)
+
 _CALIBRATE = ("calibrate", "cluster_spec")
 
 
@@ -44,6 +81,7 @@ def __getattr__(name):
     raise AttributeError(f"module 'tra_dask' has no attribute {name!r}")
 
 __all__ = [
+    "Array", "einsum", "matmul", "tensordot", "dot", "from_array", "asarray",
     "Relation", "Kernel", "kernel", "ArrayType", "RelationType",
     "from_numpy", "from_chunks", "from_function",
     "aggregate", "join", "rekey", "filter", "transform", "tile", "concat",

@@ -441,6 +441,10 @@ def _exp(x): return array_module(x).exp(x)
 def _neg(x): return -x
 def _ident(x): return x
 def _transpose(x): return x.T
+def _log(x): return array_module(x).log(x)
+def _abs(x): return array_module(x).abs(x)
+def _sqrt(x): return array_module(x).sqrt(x)
+def _tanh(x): return array_module(x).tanh(x)
 
 
 def _diag(x):
@@ -474,6 +478,10 @@ _unary("identity", _ident, distributes_over={"add", "sub", "mul", "div", "min", 
        elementwise=True)
 _unary("relu", _relu, distributes_over=_MONOTONE, elementwise=True)
 _unary("exp", _exp, dtype=_promote_float, distributes_over=_MONOTONE, elementwise=True)
+_unary("log", _log, dtype=_promote_float, distributes_over=_MONOTONE, elementwise=True)
+_unary("sqrt", _sqrt, dtype=_promote_float, distributes_over=_MONOTONE, elementwise=True)
+_unary("tanh", _tanh, dtype=_promote_float, distributes_over=_MONOTONE, elementwise=True)
+_unary("abs", _abs, dtype=_no_bool, elementwise=True)
 _unary("neg", _neg, dtype=_no_bool, distributes_over=_LINEAR, elementwise=True)
 _unary("transpose", _transpose, shape=lambda s: _square_2d(s)[::-1],
        distributes_over=_LINEAR | {"mul", "div"} | _MONOTONE, flops=lambda s: 0)

@@ -229,13 +229,14 @@ def _cluster_placements(expr, client: Client, workers: list[str]) -> dict:
 
 def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool = True,
              memory_limit: float | None = None, cost_model: str = "exact", objective=None,
-             calibrate: bool = True) -> Plan:
+             calibrate: bool = True, beam: int | None = None, budget: int | None = None) -> Plan:
     """The plan :func:`submit` would run for ``expr`` on ``client``'s workers (with the
     fixed placements of data already on the cluster), without running it.
 
     With ``objective="time"`` the plan is chosen for this cluster: it is measured once
     (:func:`tra_dask.calibrate`, 1-3 s) and the spec cached per cluster;
-    ``calibrate=False`` uses the default :class:`~tra_dask.ClusterSpec` instead."""
+    ``calibrate=False`` uses the default :class:`~tra_dask.ClusterSpec` instead.
+    ``beam``, ``budget``: the search's width and length (see :func:`tra_dask.optimize`)."""
     client, workers = _resolve(client, sites)
     if not isinstance(expr, (Relation, tuple, list, dict)) and hasattr(expr, "__tra_relation__"):
         expr = expr.__tra_relation__()
@@ -249,8 +250,9 @@ def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool =
         from .calibration import cluster_spec
 
         cluster = cluster_spec(client, calibrate_=calibrate).with_sites(len(workers))
+    search = {k: v for k, v in (("beam", beam), ("budget", budget)) if v is not None}
     return _optimize(expr, sites=len(workers), placements=placements, memory_limit=memory_limit,
-                     cost_model=cost_model, objective=objective, cluster=cluster)
+                     cost_model=cost_model, objective=objective, cluster=cluster, **search)
 
 
 def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: bool = True,

@@ -117,6 +117,13 @@ class Plan:
                     inner.add(below)
         return [s for s in (classify(n) for n in self.nodes if n not in inner) if s]
 
+    def with_stage(self, stage: Stage) -> "Plan":
+        """This plan with ``stage`` recorded before its own stages (a step that ran
+        before the optimizer, like the array front-end's choice of chunking)."""
+        return Plan(self.outputs, self.rebuild, self.sites, self.cost_model, self.expr, cost=self._cost,
+                    compiled=self._compiled, search=self.search, alternatives=self.alternatives,
+                    stages=(stage,) + self.stages)
+
     def with_cost_model(self, model: str) -> "Plan":
         """The same plan costed under another cost model."""
         return Plan(self.outputs, self.rebuild, self.sites, model, self.expr)
@@ -141,6 +148,9 @@ class Plan:
         if c.seconds is not None:
             lines.append(f"  predicted time {_fmt_seconds(c.seconds)} (critical path of per-node times: "
                          f"kernels + task overhead + transfers on the busiest site)")
+        chunking = [st for st in self.stages if st.name == "chunking"]
+        if chunking:
+            lines.append(f"  chunking: {chunking[0].note} ({chunking[0].seconds:.2f} s)")
         strategies = self.strategies()
         if strategies:
             lines.append("  strategy: " + "; ".join(strategies))

@@ -1,0 +1,281 @@
+"""The array front-end: td.einsum / td.Array against numpy, in this process and on a
+real 3-worker LocalCluster(processes=True), with numpy, dask and mixed inputs."""
+
+import logging
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tra_dask as td
+from tra_dask.physical import PSource
+from tra_dask.logical import ClusterSource
+
+# 44 einsum expressions: matmul (all transposes), batched, bilinear forms, outer
+# products, traces, diagonals, transposes, attention, MTTKRP, chains, ellipses
+EINSUMS = [
+    "ij,jk->ik", "ij,kj->ik", "ji,jk->ik", "ji,kj->ki", "ij,jk", "ij,jk->ki", "bij,bjk->bik", "bij,bjk->bki",
+    "i,i->", "i,i", "i,j->ij", "i,j,k->ijk", "ij,ij->ij", "ij,ij->", "ij->ji", "ij->", "ij->i", "ij->j",
+    "ii->i", "ii->", "ii", "iij->ij", "iij,jk->ik", "ij,jk,kl->il", "ijk,jr,kr->ir", "bhqd,bhkd->bhqk",
+    "bhqk,bhkd->bhqd", "i,ij,j->", "ij,j->i", "ij,i->j", "ijk->kji", "ijk,k->ij", "abc,cd,de->abe",
+    "ab,bc,cd,de->ae", "ij,jk->", "ijk,ijk->k", "...ij,...jk->...ik", "i...,i->...", "ij,jk,ik->",
+    "ab,ab,ab->ab", "abcd,cd->ab", "ij,jk->jik", "ab,cd->abcd", "bn,anm,bm->ba",
+]
+assert len(EINSUMS) >= 40
+
+
+def _operands(sub, seed, dtype=np.float64):
+    """Random operands for ``sub`` with random extents (1-7: most do not divide the chunks)."""
+    rng = np.random.default_rng(seed)
+    sizes = {c: int(rng.integers(1, 8)) for c in "abcdefghijklmnopqrstuvwxyz"}
+    terms = sub.split("->")[0].split(",")
+    return [rng.standard_normal(tuple(sizes[c] for c in t.replace("...", "xy"))).astype(dtype) for t in terms]
+
+
+def _check(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("chunks", ["auto", 2, 3])
+@pytest.mark.parametrize("sub", EINSUMS)
+def test_einsum_equals_numpy_in_process(sub, chunks):
+    ops = _operands(sub, EINSUMS.index(sub))
+    _check(td.to_numpy(td.einsum(sub, *ops, chunks=chunks)), np.einsum(sub, *ops))
+
+
+@pytest.mark.parametrize("sub", ["ij,jk->ik", "bij,bjk->bik", "ijk,jr,kr->ir", "ii->i", "ab,bc,cd,de->ae"])
+def test_einsum_planned_for_three_sites_in_process(sub):
+    """Chunking chosen for 3 sites (default cluster description), evaluated here."""
+    ops = _operands(sub, 7)
+    rel, plan = td.einsum(sub, *ops).to_relation(sites=3)
+    assert plan.sites == 3 and plan.stage("chunking").note
+    _check(td.to_numpy(rel), np.einsum(sub, *ops))
+
+
+def test_einsum_float32_and_int_dtypes():
+    a = np.arange(12, dtype=np.int32).reshape(3, 4)
+    b = np.ones((4, 2), np.float32)
+    _check(td.to_numpy(td.einsum("ij,jk->ik", a, b, chunks=2)), np.einsum("ij,jk->ik", a, b))
+    _check(td.to_numpy(td.einsum("ij->", a, chunks=2)), np.einsum("ij->", a))
+
+
+def test_contraction_order_is_a_costed_choice():
+    ops = [np.ones((2, 30)), np.ones((30, 30)), np.ones((30, 30)), np.ones((30, 2))]
+    rel, plan = td.einsum("ab,bc,cd,de->ae", *ops).to_relation(sites=2)
+    assert "contraction order" in plan.stage("chunking").note
+    _check(td.to_numpy(rel), np.einsum("ab,bc,cd,de->ae", *ops))
+    # an explicit strategy or path is honoured
+    for opt in ["greedy", [(0, 1), (0, 1), (0, 1)]]:
+        _check(td.to_numpy(td.einsum("ab,bc,cd,de->ae", *ops, optimize=opt)), np.einsum("ab,bc,cd,de->ae", *ops))
+
+
+# ---------------------------------------------------------------------------
+# numpy-style expressions
+
+rng = np.random.default_rng(1)
+a, b, c, d = (rng.standard_normal(s) for s in [(7, 5), (5,), (7, 1), (3, 7, 5)])
+ai = rng.integers(-5, 5, size=(6, 4))
+A, B, C, D = (td.from_array(x, chunks=ch) for x, ch in [(a, (3, 2)), (b, 2), (c, None), (d, (2, 3, 2))])
+AI = td.from_array(ai)
+
+EXPRESSIONS = {
+    "A+B": (lambda: A + B, lambda: a + b), "A*C": (lambda: A * C, lambda: a * c), "C-A": (lambda: C - A, lambda: c - a),
+    "D/(A*A+1)": (lambda: D / (A * A + 1), lambda: d / (a * a + 1)), "A*2": (lambda: A * 2.0, lambda: a * 2),
+    "1-A": (lambda: 1 - A, lambda: 1 - a), "2/A": (lambda: 2 / A, lambda: 2 / a), "A**2": (lambda: A ** 2, lambda: a ** 2),
+    "-A": (lambda: -A, lambda: -a), "abs": (lambda: abs(A), lambda: abs(a)), "exp": (lambda: np.exp(A), lambda: np.exp(a)),
+    "log": (lambda: np.log(abs(A) + 1), lambda: np.log(abs(a) + 1)), "sqrt": (lambda: np.sqrt(abs(D)), lambda: np.sqrt(abs(d))),
+    "tanh": (lambda: np.tanh(A), lambda: np.tanh(a)), "relu": (lambda: np.maximum(A, 0), lambda: np.maximum(a, 0)),
+    "maximum": (lambda: np.maximum(A, C), lambda: np.maximum(a, c)), "minimum": (lambda: np.minimum(C, D), lambda: np.minimum(c, d)),
+    "sum": (lambda: A.sum(), lambda: a.sum()), "sum0": (lambda: A.sum(axis=0), lambda: a.sum(0)),
+    "sum1 keepdims": (lambda: A.sum(axis=1, keepdims=True), lambda: a.sum(1, keepdims=True)),
+    "sum(0,2)": (lambda: D.sum(axis=(0, 2)), lambda: d.sum((0, 2))), "max1": (lambda: D.max(axis=1), lambda: d.max(1)),
+    "min": (lambda: D.min(), lambda: d.min()), "mean-1": (lambda: D.mean(axis=-1), lambda: d.mean(-1)),
+    "mean keepdims": (lambda: A.mean(axis=0, keepdims=True), lambda: a.mean(0, keepdims=True)),
+    "int sum": (lambda: AI.sum(axis=0), lambda: ai.sum(0)), "int mean": (lambda: AI.mean(), lambda: ai.mean()),
+    "argmin1": (lambda: A.argmin(axis=1), lambda: a.argmin(1)), "argmax0": (lambda: A.argmax(axis=0), lambda: a.argmax(0)),
+    "argmin 1-d": (lambda: B.argmin(), lambda: b.argmin()), "argmax 3-d": (lambda: D.argmax(axis=1), lambda: d.argmax(1)),
+    "int argmax ties": (lambda: AI.argmax(axis=0), lambda: ai.argmax(0)),
+    "T": (lambda: A.T, lambda: a.T), "transpose": (lambda: D.transpose(2, 0, 1), lambda: d.transpose(2, 0, 1)),
+    "slice": (lambda: A[3:6, 2:], lambda: a[3:6, 2:]), "slice ...": (lambda: D[..., 2:4], lambda: d[..., 2:4]),
+    "slice free": (lambda: td.from_array(a)[1:4, 2:3], lambda: a[1:4, 2:3]),
+    "integer index": (lambda: D[1, 4], lambda: d[1, 4]), "row": (lambda: A[-2], lambda: a[-2]),
+    "index and slice": (lambda: D[2, 3:, 1], lambda: d[2, 3:, 1]),
+    "A @ A.T": (lambda: A @ A.T, lambda: a @ a.T), "matvec": (lambda: A @ B, lambda: a @ b),
+    "vecmat": (lambda: td.matmul(a[:, 0], A), lambda: a[:, 0] @ a), "vecvec": (lambda: B @ B, lambda: b @ b),
+    "batched": (lambda: D @ A.T, lambda: d @ a.T), "np.matmul": (lambda: np.matmul(a, A.T), lambda: a @ a.T),
+    "tensordot": (lambda: td.tensordot(D, A, axes=([1, 2], [0, 1])), lambda: np.tensordot(d, a, axes=([1, 2], [0, 1]))),
+    "tensordot int": (lambda: td.tensordot(A, a.T, axes=1), lambda: np.tensordot(a, a.T, axes=1)),
+    "dot": (lambda: td.dot(D, B), lambda: np.dot(d, b)), "dot 2-d": (lambda: td.dot(A, a.T), lambda: np.dot(a, a.T)),
+    "np.einsum": (lambda: np.einsum("ij,ij->i", A, a), lambda: np.einsum("ij,ij->i", a, a)),
+    "np.sum": (lambda: np.sum(A, axis=1), lambda: a.sum(1)), "np.mean": (lambda: np.mean(D), lambda: d.mean()),
+    "np.transpose": (lambda: np.transpose(D), lambda: np.transpose(d)),
+    "numpy @ td": (lambda: a @ A.T + 1, lambda: a @ a.T + 1),
+    "ffnn layer": (lambda: np.maximum(A @ A.T, 0).sum(axis=1), lambda: np.maximum(a @ a.T, 0).sum(1)),
+    "nearest neighbour": (lambda: ((D[0] - A) ** 2).sum(axis=1).argmin(), lambda: ((d[0] - a) ** 2).sum(1).argmin()),
+}
+
+
+@pytest.mark.parametrize("name", list(EXPRESSIONS))
+def test_numpy_style_expressions(name):
+    make, want = EXPRESSIONS[name]
+    _check(td.to_numpy(make()), want())
+
+
+def test_array_metadata_and_protocols():
+    x = td.from_array(a, chunks=(3, 2))
+    assert (x.shape, x.dtype, x.ndim, x.size, len(x)) == ((7, 5), a.dtype, 2, 35, 7)
+    assert x.chunks == ((3, 3, 1), (2, 2, 1))
+    assert (x @ x.T).chunks is None  # chosen with the plan
+    assert (x @ x.T).shape == (7, 7) and (x.sum(axis=0)).shape == (5,) and x.argmin(axis=1).dtype == np.int64
+    np.testing.assert_allclose(np.asarray(x @ x.T), a @ a.T)  # __array__: here, no client is current
+    rel = (x @ x.T).relation
+    assert isinstance(rel, td.Relation) and "matmul" in repr(rel)
+    assert isinstance(td.from_array(x.relation), td.Array)  # relations round-trip
+    _check(td.to_numpy(td.from_array(td.from_numpy(a, (4, 4))) * 2.0), a * 2)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_hypothesis_random_einsum_equals_numpy(data):
+    letters = "abcd"
+    sizes = {ch: data.draw(st.integers(1, 5), label=f"size {ch}") for ch in letters}
+    nops = data.draw(st.integers(1, 3), label="operands")
+    terms = [data.draw(st.text(letters, min_size=0, max_size=3), label=f"term {i}") for i in range(nops)]
+    used = sorted(set("".join(terms)))
+    explicit = data.draw(st.booleans(), label="explicit output")
+    if explicit:
+        out = "".join(data.draw(st.permutations(used), label="out")[:data.draw(st.integers(0, len(used)), label="k")])
+        sub = ",".join(terms) + "->" + out
+    else:
+        sub = ",".join(terms)
+    ops = [np.random.default_rng(len(t)).standard_normal(tuple(sizes[ch] for ch in t)) for t in terms]
+    chunks = data.draw(st.sampled_from(["auto", 1, 2, 3]), label="chunks")
+    _check(td.to_numpy(td.einsum(sub, *ops, chunks=chunks)), np.einsum(sub, *ops))
+
+
+# ---------------------------------------------------------------------------
+# bad input: clear errors before anything runs
+
+
+def test_bad_einsum_inputs():
+    x, y = np.ones((3, 4)), np.ones((5, 2))
+    with pytest.raises(ValueError, match=r"index 'j' has extent 4 in operand 0 but 5 in operand 1"):
+        td.einsum("ij,jk->ik", x, y)
+    with pytest.raises(ValueError, match=r"output index 'z' appears in no input; valid output indices: 'ijk'"):
+        td.einsum("ij,jk->iz", x, np.ones((4, 2)))
+    with pytest.raises(ValueError, match=r"operand 1 has shape \(5, 2\) \(rank 2\) but its subscript 'jkl' names 3"):
+        td.einsum("ij,jkl->ik", x, y)
+    with pytest.raises(ValueError, match=r"2 operand subscript\(s\) for 1 operand"):
+        td.einsum("ij,jk", x)
+    with pytest.raises(ValueError, match=r"output index 'i' appears twice"):
+        td.einsum("ij->ii", x)
+    with pytest.raises(ValueError, match=r"invalid characters"):
+        td.einsum("i1,1k", x, x)
+    with pytest.raises(ValueError, match=r"chunks names index 'q'"):
+        td.einsum("ij,jk", x, np.ones((4, 2)), chunks={"q": 2})
+    with pytest.raises(ValueError, match=r"matmul: shapes \(3, 4\) and \(5, 2\) do not align"):
+        td.from_array(x) @ y
+
+
+def test_bad_array_inputs():
+    x = td.from_array(np.ones((3, 4)))
+    with pytest.raises(TypeError, match=r"does not support numpy.sin; supported ufuncs: .*exp"):
+        np.sin(x)
+    with pytest.raises(TypeError, match=r"does not support numpy.sort"):
+        np.sort(x)
+    with pytest.raises(ValueError, match=r"shapes \(3, 4\) and \(3,\) do not broadcast"):
+        x + np.ones(3)
+    with pytest.raises(ValueError, match=r"axis 2 is out of range for an array of shape \(3, 4\); valid axes: -2..1"):
+        x.sum(axis=2)
+    with pytest.raises(TypeError, match=r"integers and slices only"):
+        x[[1, 2]]
+    with pytest.raises(IndexError, match=r"index 3 is out of bounds for axis 0 with extent 3"):
+        x[3]
+    with pytest.raises(ValueError, match=r"a slice cuts axis 0 .* at 1, inside a chunk: .* blocks of 2"):
+        td.to_numpy(td.from_array(np.ones(6), chunks=2)[1:3])
+    with pytest.raises(ValueError, match=r"cut differently along one axis"):
+        td.to_numpy(td.from_array(np.ones(6), chunks=2) + td.from_array(np.ones(6), chunks=3))
+    with pytest.raises(TypeError, match=r"comparisons"):
+        x == x
+    with pytest.raises(TypeError, match=r"dtype complex128 is not supported"):
+        td.from_array(np.ones(3, complex))
+    with pytest.raises(TypeError, match=r"einsum\('ij'\) operand 0: cannot use object"):
+        td.einsum("ij", object())
+
+
+# ---------------------------------------------------------------------------
+# on a real cluster: numpy, dask and mixed inputs
+
+CONFIG = {"distributed.scheduler.active-memory-manager.start": False}
+
+
+@pytest.fixture(scope="module")
+def client():
+    with dask.config.set(CONFIG):
+        with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, host="127.0.0.1",
+                          dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster:
+            with Client(cluster, set_as_default=False) as c:
+                c.wait_for_workers(3, timeout=60)
+                yield c
+
+
+def _inputs(ops, kind):
+    if kind == "numpy":
+        return ops
+    as_dask = [da.from_array(x, chunks=2) if x.ndim else x for x in ops]
+    if kind == "dask":
+        return as_dask
+    return [dx if i % 2 == 0 else x for i, (x, dx) in enumerate(zip(ops, as_dask))]  # mixed
+
+
+@pytest.mark.parametrize("kind", ["numpy", "dask", "mixed"])
+def test_einsum_on_cluster(client, kind):
+    """Every expression on 3 workers, blocks of 2 (dask inputs keep theirs)."""
+    for sub in EINSUMS:
+        ops = _operands(sub, EINSUMS.index(sub))
+        got = td.einsum(sub, *_inputs(ops, kind), chunks=2).compute(client)
+        _check(got, np.einsum(sub, *ops))
+
+
+@pytest.mark.parametrize("sub", ["ij,jk->ik", "bhqd,bhkd->bhqk", "ijk,jr,kr->ir", "ii->i"])
+def test_auto_chunking_on_cluster(client, sub):
+    ops = [x * 1 for x in _operands(sub, 3)]
+    big = [np.tile(x, tuple(8 if n > 1 else 1 for n in x.shape)) for x in ops]
+    x = td.einsum(sub, *big)
+    plan = x.plan(client)
+    assert plan.sites == 3 and plan.cost.seconds > 0
+    assert "chunking:" in plan.explain()
+    _check(x.compute(client), np.einsum(sub, *big))
+
+
+def test_dask_inputs_stay_where_they_are(client):
+    """A dask input whose chunks are kept is a cluster-resident source with a fixed
+    placement: its blocks are read where they live."""
+    x = np.random.default_rng(5).standard_normal((40, 30))
+    dx = client.persist(da.from_array(x, chunks=(10, 10)))
+    y = td.einsum("ij,jk->ik", dx, x.T, chunks={"i": 10, "j": 10})
+    plan = y.plan(client)
+    srcs = [n for n in plan.nodes if isinstance(n, PSource)]
+    resident = [n for n in srcs if isinstance(n.source, ClusterSource)]
+    assert resident and all(not n.free for n in resident)
+    assert "(kept)" in plan.stage("chunking").note or "(given)" in plan.stage("chunking").note
+    _check(y.compute(client), x @ x.T)
+
+
+def test_results_as_dask_arrays(client):
+    x = np.random.default_rng(6).standard_normal((12, 9))
+    dx = da.from_array(x, chunks=(5, 4))
+    out = (td.from_array(dx) @ x.T).to_dask_array(client)
+    assert isinstance(out, da.Array) and out.shape == (12, 12)
+    np.testing.assert_allclose(out.compute(scheduler=client.get), x @ x.T)
+    np.testing.assert_allclose(td.compute(td.from_array(x).sum(axis=0), client), x.sum(0))
+    # the result feeds the next expression without leaving the cluster
+    again = td.einsum("ij->i", td.submit(td.from_array(x) * 2.0, client))
+    np.testing.assert_allclose(again.compute(client), (2 * x).sum(1))

@@ -1,0 +1,527 @@
+"""``td.Array``: a lazy n-d array over the tensor relational algebra.
+
+Write numpy: ``A @ B``, ``td.einsum("bhqd,bhkd->bhqk", q, k)``, ``(x - y).sum(axis=1)``
+over numpy arrays, dask arrays, TRA relations and other ``td.Array``s.  Nothing runs
+and no chunking is fixed until a result is asked for: then the chunking is chosen
+with the plan (:mod:`.chunking`), the expression becomes a TRA relation
+(:mod:`.build`), and the optimizer's plan runs on the cluster
+(``x.compute()``, ``x.to_dask_array()``) or in this process (``td.to_numpy(x)``).
+
+Every check that can fail does so here, when the expression is written: shapes
+that do not broadcast, einsum indices of two extents, ufuncs no kernel implements.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .einsum import parse
+from .nodes import ArgReduce, Einsum, Elementwise, Leaf, Permute, Reduce, ScalarOp, Slice, Take, Unary
+
+__all__ = ["Array", "from_array", "asarray", "einsum", "matmul", "tensordot", "dot"]
+
+_UNARY_UFUNCS = {np.exp: "exp", np.log: "log", np.negative: "neg", np.absolute: "abs", np.sqrt: "sqrt",
+                 np.tanh: "tanh"}
+_BINARY_UFUNCS = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide: "div",
+                  np.maximum: "max", np.minimum: "min", np.power: "pow"}
+_NAME = {"add": "+", "sub": "-", "mul": "*", "div": "/", "max": "maximum", "min": "minimum", "pow": "**"}
+
+
+def _is_scalar(v) -> bool:
+    return isinstance(v, (numbers.Number, np.generic)) and not isinstance(v, (bool, np.bool_, complex))
+
+
+def _is_dask(x) -> bool:
+    return type(x).__module__.startswith("dask.array") and hasattr(x, "chunks")
+
+
+def _regular_chunks(chunks) -> tuple:
+    """A block size per axis from dask-style chunks, None where they are irregular."""
+    out = []
+    for c in chunks:
+        c = tuple(int(v) for v in c)
+        regular = len(c) == 1 or (len(set(c[:-1])) == 1 and c[-1] <= c[0])
+        out.append(c[0] if regular and c else None)
+    return tuple(out)
+
+
+def from_array(x, chunks=None, name: str | None = None) -> "Array":
+    """A :class:`Array` over ``x``: a numpy or cupy array (chunks chosen with the plan
+    unless ``chunks`` is given: an int or a block size per axis), a dask array (its
+    chunks and placement kept unless re-chunking is cheaper), a TRA relation whose
+    keys form the chunk grid of one tensor, a submission's futures, or anything
+    ``numpy.asarray`` takes."""
+    from ..logical.nodes import Relation
+
+    if isinstance(x, Array):
+        return x
+    if hasattr(x, "__tra_relation__") and not isinstance(x, Relation):
+        x = x.__tra_relation__()
+    if isinstance(x, Relation):
+        return Array(_relation_leaf(x, name))
+    if _is_dask(x):
+        if chunks is not None:
+            x = x.rechunk(chunks)
+        return Array(Leaf(tuple(int(n) for n in x.shape), np.dtype(x.dtype), data=x, kind="dask",
+                          chunks=_regular_chunks(x.chunks), name=name or f"dask[{x.name[:16]}]"))
+    if not (hasattr(x, "shape") and hasattr(x, "dtype") and hasattr(x, "__getitem__")):
+        x = np.asarray(x)
+    shape = tuple(int(n) for n in x.shape)
+    if any(n == 0 for n in shape):
+        raise ValueError(f"from_array: shape {shape} has an empty axis; tra_dask arrays need every extent >= 1")
+    if x.dtype.kind not in "biuf":
+        raise TypeError(f"from_array: dtype {x.dtype} is not supported; use bool, integer or floating arrays")
+    fixed = None
+    if chunks is not None:
+        from ..types import normalize_chunks
+
+        fixed = normalize_chunks(chunks, shape, where=f"from_array {name or ''}".rstrip()) if shape else ()
+    label = name or f"array[{'x'.join(map(str, shape)) or 'scalar'} {x.dtype}]"
+    return Array(Leaf(shape, np.dtype(x.dtype), data=x, kind="numpy", chunks=fixed, name=label))
+
+
+def _relation_leaf(rel, name):
+    t = rel.type
+    where = f"from_array({rel.label})"
+    if t.arity != t.rank or not t.is_continuous:
+        raise ValueError(
+            f"{where}: a relation is an array when its keys form one tensor's chunk grid (key arity == "
+            f"chunk rank, no holes); this one has key arity {t.arity}, chunk rank {t.rank}"
+        )
+    shapes = t.chunk_shapes()
+    extents = [[shapes[tuple(v if j == d else 0 for j in range(t.arity))][d] for v in range(t.frontier[d])]
+               for d in range(t.arity)]
+    shape = tuple(int(sum(e)) for e in extents)
+    chunks = tuple(int(e[0]) for e in extents)
+    for d, e in enumerate(extents):
+        if any(v != e[0] for v in e[:-1]) or e[-1] > e[0]:
+            raise ValueError(f"{where}: its chunks along axis {d} have extents {list(e)}; only the last may be "
+                             f"smaller than the others")
+    return Leaf(shape, np.dtype(t.dtype), data=rel, kind="relation", chunks=chunks, name=name or rel.label)
+
+
+def asarray(x) -> "Array":
+    return from_array(x)
+
+
+def _operand(x, where: str) -> "Array":
+    if isinstance(x, Array):
+        return x
+    try:
+        return from_array(x)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{where}: cannot use {type(x).__name__} as an array operand ({e})") from None
+
+
+class Array:
+    """A lazy array: an expression over data, with ``shape``, ``dtype``, ``ndim``.
+
+    ``.relation`` is the TRA expression (for one site), ``.plan()`` the plan with
+    the chunking chosen for a cluster, ``.compute()`` numpy, ``.to_dask_array()``.
+    """
+
+    __slots__ = ("_node",)
+    __array_priority__ = 50
+
+    def __init__(self, node):
+        self._node = node
+
+    # -- metadata -----------------------------------------------------------
+    shape = property(lambda self: self._node.shape)
+    dtype = property(lambda self: self._node.dtype)
+    ndim = property(lambda self: len(self._node.shape))
+    size = property(lambda self: int(np.prod(self._node.shape, dtype=np.int64)))
+    nbytes = property(lambda self: self.size * self.dtype.itemsize)
+
+    @property
+    def chunks(self):
+        """Dask-style chunks when the data fixes them (a leaf with chunks), else
+        None: they are chosen with the plan (``x.plan().explain()`` says how)."""
+        n = self._node
+        if isinstance(n, Leaf) and n.chunks is not None and None not in n.chunks:
+            return tuple(tuple([b] * (s // b) + ([s % b] if s % b else [])) for s, b in zip(n.shape, n.chunks))
+        return None
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    def __repr__(self):
+        return f"td.Array<shape={self.shape}, dtype={self.dtype}, {type(self._node).__name__.lower()}>"
+
+    def __hash__(self):
+        return id(self)
+
+    def __bool__(self):
+        raise TypeError("the truth value of a lazy td.Array is unknown; compute it first")
+
+    def _cmp(self, other):
+        raise TypeError("td.Array does not support comparisons yet (==, <, ...); compute, or use maximum/minimum")
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _cmp
+
+    # -- elementwise ----------------------------------------------------------
+    def _binary(self, other, op, reflected=False):
+        where = f"td.Array {_NAME[op]}"
+        if _is_scalar(other):
+            return Array(_scalar_node(self._node, op, other, reflected))
+        other = _operand(other, where)
+        a, b = (other, self) if reflected else (self, other)
+        try:
+            shape = tuple(np.broadcast_shapes(a.shape, b.shape))
+        except ValueError:
+            raise ValueError(f"{where}: shapes {a.shape} and {b.shape} do not broadcast together "
+                             f"(numpy rules: aligned from the right, equal or 1)") from None
+        dtype = getattr(np, BINARY_NP[op])(np.ones(1, a.dtype), np.ones(1, b.dtype)).dtype
+        return Array(Elementwise(shape, dtype, inputs=(a._node, b._node), op=op))
+
+    def __add__(self, o): return self._binary(o, "add")
+    def __radd__(self, o): return self._binary(o, "add", True)
+    def __sub__(self, o): return self._binary(o, "sub")
+    def __rsub__(self, o): return self._binary(o, "sub", True)
+    def __mul__(self, o): return self._binary(o, "mul")
+    def __rmul__(self, o): return self._binary(o, "mul", True)
+    def __truediv__(self, o): return self._binary(o, "div")
+    def __rtruediv__(self, o): return self._binary(o, "div", True)
+
+    def __pow__(self, o):
+        if not _is_scalar(o):
+            raise TypeError("td.Array ** needs a scalar exponent")
+        return self._binary(o, "pow")
+
+    def __neg__(self): return self._unary("neg")
+    def __abs__(self): return self._unary("abs")
+    def __pos__(self): return self
+
+    def _unary(self, name):
+        from ..kernels import get_kernel
+        from ..types import ArrayType
+
+        t = get_kernel(name).out_type(ArrayType((1,) * max(self.ndim, 1), self.dtype))
+        return Array(Unary(self.shape, t.dtype, inputs=(self._node,), kernel=name))
+
+    def __matmul__(self, o): return matmul(self, o)
+    def __rmatmul__(self, o): return matmul(o, self)
+
+    # -- reductions -----------------------------------------------------------
+    def _axes(self, axis, where) -> tuple:
+        if axis is None:
+            return tuple(range(self.ndim))
+        axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+        out = []
+        for a in axes:
+            if not isinstance(a, (int, np.integer)) or not -self.ndim <= a < self.ndim:
+                raise ValueError(f"{where}: axis {a!r} is out of range for an array of shape {self.shape}; "
+                                 f"valid axes: {-self.ndim}..{self.ndim - 1}")
+            out.append(int(a) % self.ndim)
+        if len(set(out)) != len(out):
+            raise ValueError(f"{where}: axis {axis!r} repeats an axis")
+        return tuple(sorted(out))
+
+    def _reduce(self, op, axis, keepdims):
+        axes = self._axes(axis, f"td.Array.{op}")
+        shape = tuple(1 if a in axes else n for a, n in enumerate(self.shape) if keepdims or a not in axes)
+        dtype = getattr(np, op)(np.ones((1,) * max(self.ndim, 1), self.dtype)).dtype
+        if not axes:
+            return self
+        return Array(Reduce(shape, dtype, inputs=(self._node,), op=op, axes=axes, keepdims=bool(keepdims)))
+
+    def sum(self, axis=None, keepdims=False):
+        return self._reduce("sum", axis, keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        return self._reduce("max", axis, keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        return self._reduce("min", axis, keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        axes = self._axes(axis, "td.Array.mean")
+        n = int(np.prod([self.shape[a] for a in axes], dtype=np.int64))
+        s = self.sum(axis=axes, keepdims=keepdims) if axes else self
+        if s.dtype.kind in "biu":
+            return s / n  # numpy's mean of integers is float64
+        return s * (1.0 / n) if s.dtype.kind == "f" else s / n
+
+    def _arg(self, op, axis):
+        where = f"td.Array.arg{op}"
+        if axis is None:
+            if self.ndim != 1:
+                raise ValueError(f"{where}: axis=None (the flat index) is supported for 1-d arrays only; this one "
+                                 f"has shape {self.shape}: give an axis in {-self.ndim}..{self.ndim - 1}")
+            axis = 0
+        (a,) = self._axes(axis, where)
+        shape = tuple(n for d, n in enumerate(self.shape) if d != a)
+        return Array(ArgReduce(shape, np.dtype(np.int64), inputs=(self._node,), op=op, axis=a))
+
+    def argmin(self, axis=None):
+        return self._arg("min", axis)
+
+    def argmax(self, axis=None):
+        return self._arg("max", axis)
+
+    # -- shape ----------------------------------------------------------------
+    def transpose(self, *axes):
+        if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
+            axes = axes[0]
+        perm = tuple(range(self.ndim))[::-1] if not axes else tuple(int(a) % max(self.ndim, 1) for a in axes)
+        if sorted(perm) != list(range(self.ndim)):
+            raise ValueError(f"td.Array.transpose: axes {axes!r} are not a permutation of 0..{self.ndim - 1}")
+        return Array(Permute(tuple(self.shape[p] for p in perm), self.dtype, inputs=(self._node,), perm=perm))
+
+    T = property(lambda self: self.transpose())
+
+    def __getitem__(self, index):
+        """Integers and slices of step 1 (a slice's cuts fall on chunk boundaries:
+        the chunking is chosen so, or an error names the chunks that prevent it)."""
+        if not isinstance(index, tuple):
+            index = (index,)
+        if any(i is Ellipsis for i in index):
+            k = index.index(Ellipsis)
+            index = index[:k] + (slice(None),) * (self.ndim - len(index) + 1) + index[k + 1:]
+        if len(index) > self.ndim:
+            raise IndexError(f"td.Array: {len(index)} indices for an array of rank {self.ndim}")
+        bounds, takes = [], []
+        for a, n in enumerate(self.shape):
+            s = index[a] if a < len(index) else slice(None)
+            if isinstance(s, (int, np.integer)) and not isinstance(s, (bool, np.bool_)):
+                if not -n <= s < n:
+                    raise IndexError(f"td.Array: index {s} is out of bounds for axis {a} with extent {n}")
+                takes.append((a, int(s) % n))
+                s = slice(None)
+            if not isinstance(s, slice):
+                raise TypeError(f"td.Array indexing supports integers and slices only; got {s!r} for axis {a}")
+            start, stop, step = s.indices(n)
+            if step != 1:
+                raise ValueError(f"td.Array indexing: step {step} on axis {a}; only step 1 is supported")
+            if stop <= start:
+                raise ValueError(f"td.Array indexing: the slice {s} of axis {a} (extent {n}) is empty")
+            bounds.append((start, stop))
+        shape = tuple(b - a for a, b in bounds)
+        out = self if shape == self.shape else Array(Slice(shape, self.dtype, inputs=(self._node,),
+                                                           bounds=tuple(bounds)))
+        for a, i in reversed(takes):  # last axis first: the earlier axes keep their numbers
+            node = out._node
+            out = Array(Take(tuple(m for d, m in enumerate(node.shape) if d != a), node.dtype, inputs=(node,),
+                             axis=a, index=i))
+        return out
+
+    # -- numpy protocols ---------------------------------------------------------
+    def __array__(self, dtype=None, copy=None):
+        out = _run.compute_local_or_cluster(self)
+        return out.astype(dtype) if dtype is not None else out
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__" or kwargs.get("out") is not None:
+            raise TypeError(f"td.Array supports numpy.{ufunc.__name__} as a plain call only (no {method}, no out=)")
+        if kwargs:
+            raise TypeError(f"td.Array: numpy.{ufunc.__name__} keyword arguments {sorted(kwargs)} are not supported")
+        if ufunc in _UNARY_UFUNCS:
+            return _operand(inputs[0], f"numpy.{ufunc.__name__}")._unary(_UNARY_UFUNCS[ufunc])
+        if ufunc is np.matmul:
+            return matmul(*inputs)
+        if ufunc in _BINARY_UFUNCS:
+            op = _BINARY_UFUNCS[ufunc]
+            a, b = inputs
+            if op == "max" and isinstance(a, Array) and _is_scalar(b) and b == 0 and a.dtype.kind == "f":
+                return a._unary("relu")
+            if isinstance(a, Array):
+                return a._binary(b, op)
+            return b._binary(a, op, reflected=True)
+        supported = sorted(f.__name__ for f in [*_UNARY_UFUNCS, *_BINARY_UFUNCS, np.matmul])
+        raise TypeError(f"td.Array does not support numpy.{ufunc.__name__}; supported ufuncs: {', '.join(supported)}")
+
+    def __array_function__(self, func, types, args, kwargs):
+        impl = _FUNCTIONS.get(func)
+        if impl is None:
+            raise TypeError(f"td.Array does not support numpy.{func.__name__}; supported: "
+                            f"{', '.join(sorted('numpy.' + f.__name__ for f in _FUNCTIONS))}")
+        return impl(*args, **kwargs)
+
+    # -- results --------------------------------------------------------------------
+    @property
+    def relation(self):
+        """The TRA expression of this array, chunked as for one site (the chunking a
+        cluster gets comes with :meth:`plan`)."""
+        return _run.build_local(self, sites=1)[0]
+
+    def to_relation(self, sites: int = 1):
+        """The TRA expression with the chunking chosen for ``sites`` sites (default
+        cluster description), and the :class:`~.chunking.Choice`."""
+        return _run.build_local(self, sites=sites)
+
+    def plan(self, client=None, sites=None, **kw):
+        """The plan :meth:`compute` runs (chunking included; ``plan.explain()``)."""
+        return _run.plan(self, client=client, sites=sites, **kw)[0]
+
+    def compute(self, client=None, sites=None, **kw):
+        """Run on the cluster (the current Dask client, else the embedded one) and
+        return a numpy array."""
+        return _run.compute(self, client=client, sites=sites, **kw)
+
+    def to_dask_array(self, client=None, sites=None, **kw):
+        """Run on the cluster and return a dask array backed by the result's futures."""
+        return _run.submit(self, client=client, sites=sites, **kw).to_dask_array()
+
+
+BINARY_NP = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "true_divide", "max": "maximum",
+             "min": "minimum", "pow": "power"}
+
+
+def _scalar_node(x, op, c, reflected):
+    one = np.ones(1, x.dtype)
+    f = getattr(np, BINARY_NP[op])
+    dtype = (f(c, one) if reflected else f(one, c)).dtype
+    return ScalarOp(x.shape, dtype, inputs=(x,), op=op, value=c, reflected=bool(reflected))
+
+
+# ---------------------------------------------------------------------------
+# einsum and friends
+
+
+def einsum(subscripts: str, *operands, chunks="auto", optimize="auto") -> Array:
+    """``numpy.einsum`` over arrays of any kind, as a lazy :class:`Array`.
+
+    ``chunks``: ``"auto"`` (the optimizer chooses a block size per index with the
+    plan), an int (every index cut in blocks of that size) or ``{index: block}``.
+    ``optimize``: ``"auto"`` (candidate contraction orders from opt_einsum, the one
+    with the least predicted time kept), an opt_einsum strategy name, or a path.
+    """
+    if not operands:
+        raise ValueError("einsum: no operands given")
+    ops = [_operand(x, f"einsum({subscripts!r}) operand {i}") for i, x in enumerate(operands)]
+    subs, out, sizes = parse(subscripts, [x.shape for x in ops])
+    if isinstance(chunks, (int, np.integer)) and not isinstance(chunks, bool):
+        if chunks < 1:
+            raise ValueError(f"einsum: chunks must be >= 1, got {chunks}")
+        given = {c: int(chunks) for c in sizes}
+    elif isinstance(chunks, dict):
+        bad = sorted(set(chunks) - set(sizes))
+        if bad:
+            raise ValueError(f"einsum {subscripts!r}: chunks names index {bad[0]!r}, which is not one of "
+                             f"{''.join(sorted(sizes))!r}")
+        given = {c: int(b) for c, b in chunks.items()}
+        if any(b < 1 for b in given.values()):
+            raise ValueError(f"einsum: chunk sizes must be >= 1, got {chunks}")
+    elif chunks == "auto" or chunks is None:
+        given = {}
+    else:
+        raise ValueError(f"einsum: chunks must be 'auto', an int or {{index: block size}}, got {chunks!r}")
+    if not (optimize == "auto" or isinstance(optimize, (str, list, tuple))):
+        raise ValueError(f"einsum: optimize must be 'auto', an opt_einsum strategy or a path, got {optimize!r}")
+    dtype = np.result_type(*[x.dtype for x in ops])
+    if dtype == np.bool_:
+        dtype = np.dtype(np.bool_)
+    node = Einsum(tuple(sizes[c] for c in out), np.dtype(dtype), inputs=tuple(x._node for x in ops),
+                  subs=tuple(subs), out=out, sizes=tuple(sorted(sizes.items())),
+                  chunks=tuple(sorted(given.items())), optimize=optimize if isinstance(optimize, str)
+                  else tuple(tuple(s) for s in optimize))
+    return Array(node)
+
+
+def matmul(a, b) -> Array:
+    """``numpy.matmul`` (``a @ b``): 1-d operands promoted, leading dims broadcast."""
+    a, b = _operand(a, "matmul operand 0"), _operand(b, "matmul operand 1")
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: operands must have at least one dim; got shapes {a.shape} and {b.shape} "
+                         f"(use * for scalars)")
+    sa = "...ij" if a.ndim >= 2 else "j"
+    sb = "...jk" if b.ndim >= 2 else "j"
+    so = "..." + ("i" if a.ndim >= 2 else "") + ("k" if b.ndim >= 2 else "")
+    if a.shape[-1] != b.shape[-2 if b.ndim >= 2 else 0]:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not align: the last dim of the first "
+                         f"({a.shape[-1]}) must equal the {'second-to-last' if b.ndim >= 2 else 'only'} dim of "
+                         f"the second ({b.shape[-2 if b.ndim >= 2 else 0]})")
+    return einsum(f"{sa},{sb}->{so}", a, b)
+
+
+def tensordot(a, b, axes=2) -> Array:
+    """``numpy.tensordot``: sum over ``axes`` (an int: the last of ``a`` with the
+    first of ``b``; or two sequences of axes)."""
+    a, b = _operand(a, "tensordot operand 0"), _operand(b, "tensordot operand 1")
+    if isinstance(axes, (int, np.integer)):
+        n = int(axes)
+        if n > min(a.ndim, b.ndim) or n < 0:
+            raise ValueError(f"tensordot: axes={n} but the operands have ranks {a.ndim} and {b.ndim}")
+        xa, xb = list(range(a.ndim - n, a.ndim)), list(range(n))
+    else:
+        xa, xb = axes
+        xa = [xa] if isinstance(xa, (int, np.integer)) else list(xa)
+        xb = [xb] if isinstance(xb, (int, np.integer)) else list(xb)
+        if len(xa) != len(xb):
+            raise ValueError(f"tensordot: {len(xa)} axes of the first operand but {len(xb)} of the second")
+        xa, xb = [x % a.ndim for x in xa], [x % b.ndim for x in xb]
+    letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    la = [next(letters) for _ in range(a.ndim)]
+    lb = [next(letters) for _ in range(b.ndim)]
+    for i, j in zip(xa, xb):
+        if a.shape[i] != b.shape[j]:
+            raise ValueError(f"tensordot: axis {i} of the first operand has extent {a.shape[i]} but axis {j} of "
+                             f"the second has {b.shape[j]}")
+        lb[j] = la[i]
+    out = [c for d, c in enumerate(la) if d not in xa] + [c for d, c in enumerate(lb) if d not in xb]
+    return einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", a, b)
+
+
+def dot(a, b) -> Array:
+    """``numpy.dot``: matmul for 2-d, the inner product for 1-d, a scalar product for
+    0-d, and the sum over the last axis of ``a`` and the second-to-last of ``b``."""
+    a, b = _operand(a, "dot operand 0"), _operand(b, "dot operand 1")
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    if b.ndim == 1:
+        return tensordot(a, b, axes=([-1], [0]))
+    return tensordot(a, b, axes=([-1], [-2]))
+
+
+def _np_sum(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
+    _no_extras("sum", dtype=dtype, out=out, **kw)
+    return _operand(a, "numpy.sum").sum(axis=axis, keepdims=keepdims)
+
+
+def _np_reduce(name):
+    def f(a, axis=None, out=None, keepdims=False, **kw):
+        _no_extras(name, out=out, **kw)
+        return getattr(_operand(a, f"numpy.{name}"), name)(axis=axis, keepdims=keepdims)
+    return f
+
+
+def _np_arg(name):
+    def f(a, axis=None, out=None, **kw):
+        _no_extras(name, out=out, **kw)
+        return getattr(_operand(a, f"numpy.{name}"), name)(axis=axis)
+    return f
+
+
+def _no_extras(name, **kw):
+    bad = sorted(k for k, v in kw.items() if v is not None and v is not np._NoValue)
+    if bad:
+        raise TypeError(f"td.Array: numpy.{name} with {', '.join(bad)}= is not supported")
+
+
+def _np_einsum(subscripts, *operands, optimize="auto", **kw):
+    _no_extras("einsum", **kw)
+    return einsum(subscripts, *operands, optimize="auto" if optimize in (True, False, "auto") else optimize)
+
+
+_FUNCTIONS = {
+    np.einsum: _np_einsum,
+    np.matmul: matmul,
+    np.tensordot: tensordot,
+    np.dot: dot,
+    np.sum: _np_sum,
+    np.max: _np_reduce("max"),
+    np.min: _np_reduce("min"),
+    np.mean: _np_reduce("mean"),
+    np.argmin: _np_arg("argmin"),
+    np.argmax: _np_arg("argmax"),
+    np.transpose: lambda a, axes=None: _operand(a, "numpy.transpose").transpose(axes),
+}
+if hasattr(np, "amax"):
+    _FUNCTIONS.setdefault(np.amax, _FUNCTIONS[np.max])
+    _FUNCTIONS.setdefault(np.amin, _FUNCTIONS[np.min])
+
+from . import run as _run  # noqa: E402  (run imports this module's Array)

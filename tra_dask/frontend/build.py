@@ -1,0 +1,255 @@
+"""From an array expression and a block size per axis to a TRA relation.
+
+Every relation made here is a chunk grid: key dim ``d`` is the block index along
+array axis ``d`` and the chunk holds that block (smaller at the edge), so the
+result assembles with :func:`tra_dask.to_numpy` and maps onto a dask array's
+blocks.  The translation is the paper's (§3): a contraction is a join on the shared
+indices' key dims with a chunk kernel, then an aggregation over the summed indices'
+key dims; a repeated index is a filter on equal key dims; broadcasting joins on the
+axes both operands carry; a reduction aggregates over the reduced key dims.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import logical as L
+from ..keys import Const, Dim, key_map, project
+from . import chunk_ops as ops
+from .nodes import ArgReduce, Einsum, Elementwise, Leaf, Permute, Reduce, ScalarOp, Slice, Take, Unary
+
+__all__ = ["Builder"]
+
+_REGISTERED = {"add", "sub", "mul", "div", "max", "min"}
+# contraction patterns (letters renamed in order of first appearance) the paper's kernels run
+_MATMUL = {("ij", "jk", "ik"): "matmul", ("ij", "ik", "jk"): "matmul_tn", ("ij", "kj", "ik"): "matmul_nt"}
+_FOLD = {"sum": "add", "max": "max", "min": "min"}
+
+
+def _canon(xs: str, ys: str, out: str):
+    """Rename letters to a canonical alphabet, in order of first appearance."""
+    m: dict = {}
+    for c in xs + ys + out:
+        m.setdefault(c, "ijklmnop"[len(m)] if len(m) < 8 else c)
+    return tuple("".join(m[c] for c in s) for s in (xs, ys, out))
+
+
+def _rekey(rel, exprs):
+    """``rekey`` unless the map is the identity."""
+    exprs = tuple(exprs)
+    if all(isinstance(e, Dim) and e.i == d for d, e in enumerate(exprs)) and len(exprs) == rel.type.arity:
+        return rel
+    return L.rekey(rel, key_map(exprs))
+
+
+class Builder:
+    """Translate nodes to relations under ``block(node, axis)``; each node once.
+
+    ``dask_source(array, chunks)`` makes the relation of a dask array cut into
+    ``chunks`` (given by the runtime: cluster-resident blocks; or, with no
+    cluster, the array computed here)."""
+
+    def __init__(self, block, dask_source=None, paths=None):
+        self.block = block
+        self.dask_source = dask_source or _local_dask_source
+        self.paths = paths or {}  # Einsum node -> contraction path
+        self.memo: dict = {}
+
+    def __call__(self, node):
+        r = self.memo.get(node)
+        if r is None:
+            r = getattr(self, "_" + type(node).__name__.lower())(node)
+            got = r.type
+            if got.arity != node.ndim or got.rank != node.ndim:  # pragma: no cover - an internal bug
+                raise AssertionError(f"front-end built {r.label} with arity {got.arity} for {node}")
+            self.memo[node] = r
+        return r
+
+    def chunks(self, node) -> tuple:
+        return tuple(self.block(node, a) for a in range(node.ndim))
+
+    # -- leaves -------------------------------------------------------------
+    def _leaf(self, node: Leaf):
+        chunks = self.chunks(node)
+        if node.kind == "relation":
+            return node.data
+        if node.kind == "dask":
+            return self.dask_source(node.data, chunks, node.name)
+        return L.from_numpy(node.data, chunks if node.ndim else (), name=node.name)
+
+    # -- einsum -------------------------------------------------------------
+    def _operand(self, node: Einsum, i: int):
+        """Operand ``i`` with its broadcast axes squeezed, repeated letters reduced
+        to their diagonal, and letters no one else needs summed away."""
+        rel, sub = self(node.inputs[i]), node.subs[i]
+        bc = node.broadcast_axes(i)
+        if bc:
+            keep = [a for a in range(len(sub)) if a not in bc]
+            rel = L.rekey(L.transform(rel, ops.squeeze_kernel(bc)), project(*keep))
+            sub = "".join(sub[a] for a in keep)
+        dup = [c for c in dict.fromkeys(sub) if sub.count(c) > 1]
+        if dup:
+            first = {c: sub.index(c) for c in dict.fromkeys(sub)}
+            pred = None
+            for a, c in enumerate(sub):
+                if first[c] != a:
+                    eq = Dim(first[c]) == Dim(a)
+                    pred = eq if pred is None else pred & eq
+            rel = L.filter(rel, pred)
+            uniq = "".join(dict.fromkeys(sub))
+            rel = L.rekey(L.transform(rel, ops.einsum_kernel(f"{sub}->{uniq}")), project(*first.values()))
+            sub = uniq
+        others = set(node.out).union(*(set(s) for j, s in enumerate(node.subs) if j != i))
+        lonely = [c for c in sub if c not in others]
+        if lonely and len(node.subs) > 1:
+            kept = "".join(c for c in sub if c in others)
+            rel = L.aggregate(L.transform(rel, ops.einsum_kernel(f"{sub}->{kept}")),
+                              tuple(sub.index(c) for c in kept), "add")
+            sub = kept
+        return rel, sub
+
+    def _einsum(self, node: Einsum):
+        terms = [self._operand(node, i) for i in range(len(node.subs))]
+        if len(terms) == 1:
+            return self._unary_einsum(*terms[0], node.out)
+        path = self.paths.get(node)
+        if path is None:
+            from .einsum import contraction_paths
+
+            path = contraction_paths([s for _, s in terms], node.out, dict(node.sizes))[0]
+        for step_no, step in enumerate(path):
+            i, j = sorted(step)
+            (x, xs), (y, ys) = terms[i], terms[j]
+            rest = [t for n, t in enumerate(terms) if n not in (i, j)]
+            last = step_no == len(path) - 1
+            if last:
+                keep = node.out
+            else:
+                need = set(node.out).union(*(set(s) for _, s in rest))
+                keep = "".join(c for c in dict.fromkeys(xs + ys) if c in need)
+            terms = rest + [(self._contract(x, xs, y, ys, keep), keep)]
+        (rel, sub), = terms
+        return self._unary_einsum(rel, sub, node.out)
+
+    def _unary_einsum(self, rel, sub: str, out: str):
+        if sub == out:
+            return rel
+        summed = [c for c in sub if c not in out]
+        if summed:
+            rel = L.transform(rel, ops.einsum_kernel(f"{sub}->{out}"))
+            return L.aggregate(rel, tuple(sub.index(c) for c in out), "add")
+        perm = tuple(sub.index(c) for c in out)
+        return L.rekey(L.transform(rel, ops.permute_kernel(perm)), project(*perm))
+
+    def _contract(self, x, xs: str, y, ys: str, out: str):
+        shared = [c for c in xs if c in ys]
+        rest_y = [c for c in ys if c not in shared]
+        joined = xs + "".join(rest_y)
+        name = _MATMUL.get(_canon(xs, ys, out))
+        kern = name or ops.einsum_kernel(f"{xs},{ys}->{out}")
+        j = L.join(x, y, tuple(xs.index(c) for c in shared), tuple(ys.index(c) for c in shared), kern)
+        if any(c not in out for c in joined):
+            return L.aggregate(j, tuple(joined.index(c) for c in out), "add")
+        return _rekey(j, [Dim(joined.index(c)) for c in out])
+
+    # -- elementwise --------------------------------------------------------
+    def _elementwise(self, node: Elementwise):
+        a, b = (self(x) for x in node.inputs)
+        ka, kb = node.kept(0), node.kept(1)
+        full = list(range(node.ndim))
+        if [o for _, o in ka] == full and [o for _, o in kb] == full and node.op in _REGISTERED:
+            return L.join(a, b, tuple(full), tuple(full), node.op)
+        a = self._squeeze(a, node.inputs[0], ka)
+        b = self._squeeze(b, node.inputs[1], kb)
+        pa, pb = [o for _, o in ka], [o for _, o in kb]
+        shared = [o for o in pa if o in pb]
+        rest_b = [o for o in pb if o not in shared]
+        j = L.join(a, b, tuple(pa.index(o) for o in shared), tuple(pb.index(o) for o in shared),
+                   ops.broadcast_kernel(node.op, tuple(pa), tuple(pb), node.ndim))
+        exprs = []
+        for o in full:
+            if o in pa:
+                exprs.append(Dim(pa.index(o)))
+            elif o in pb:
+                exprs.append(Dim(len(pa) + rest_b.index(o)))
+            else:
+                exprs.append(Const(0))
+        return _rekey(j, exprs)
+
+    def _squeeze(self, rel, x, kept):
+        """Drop the broadcast (size-1) axes of input ``x``: key dims and chunk axes."""
+        keep = [a for a, _ in kept]
+        if len(keep) == x.ndim:
+            return rel
+        drop = tuple(a for a in range(x.ndim) if a not in keep)
+        return L.rekey(L.transform(rel, ops.squeeze_kernel(drop)), project(*keep))
+
+    def _scalarop(self, node: ScalarOp):
+        x = self(node.inputs[0])
+        if node.op == "mul" and not node.reflected and isinstance(node.value, float) and x.type.dtype.kind == "f":
+            from ..kernels import scale
+
+            if np.result_type(x.type.dtype, 1.0) == x.type.dtype:
+                return L.transform(x, scale(node.value))
+        return L.transform(x, ops.scalar_kernel(node.op, node.value, node.reflected))
+
+    def _unary(self, node: Unary):
+        return L.transform(self(node.inputs[0]), node.kernel)
+
+    # -- reductions ---------------------------------------------------------
+    def _reduce(self, node: Reduce):
+        x = node.inputs[0]
+        rel = self(x)
+        if node.axes:
+            kept = [a for a in range(x.ndim) if a not in node.axes]
+            rel = L.aggregate(L.transform(rel, ops.reduce_kernel(node.op, node.axes)), tuple(kept), _FOLD[node.op])
+        if node.keepdims and node.axes:
+            rel = L.transform(rel, ops.expand_kernel(node.axes, x.ndim))
+            it = iter(range(x.ndim - len(node.axes)))
+            rel = _rekey(rel, [Const(0) if a in node.axes else Dim(next(it)) for a in range(x.ndim)])
+        return rel
+
+    def _argreduce(self, node: ArgReduce):
+        x = node.inputs[0]
+        rel = self(x)
+        n, blk = x.shape[node.axis], self.block(x, node.axis)
+        idx = L.from_function(ops.block_arange(n, blk), (n,), (blk,), np.int64, name=f"arange[{n}/{blk}]")
+        pairs = L.join(rel, idx, (node.axis,), (0,), ops.argpair_kernel(node.op, node.axis))
+        kept = tuple(a for a in range(x.ndim) if a != node.axis)
+        best = L.aggregate(pairs, kept, ops.pairfold_kernel(node.op))
+        return L.transform(best, ops.take_index_kernel())
+
+    # -- shape --------------------------------------------------------------
+    def _permute(self, node: Permute):
+        if node.perm == tuple(range(node.ndim)):
+            return self(node.inputs[0])
+        return L.rekey(L.transform(self(node.inputs[0]), ops.permute_kernel(node.perm)), project(*node.perm))
+
+    def _slice(self, node: Slice):
+        x = node.inputs[0]
+        rel = self(x)
+        pred, exprs = None, []
+        for a, (start, stop) in enumerate(node.bounds):
+            blk = self.block(x, a)
+            lo, hi = start // blk, -(-stop // blk)
+            if (lo, hi) == (0, -(-x.shape[a] // blk)):
+                exprs.append(Dim(a))
+                continue
+            cond = (Dim(a) >= lo) & (Dim(a) < hi) if lo else (Dim(a) < hi)
+            pred = cond if pred is None else pred & cond
+            exprs.append(Dim(a) - lo if lo else Dim(a))
+        if pred is not None:
+            rel = L.filter(rel, pred)
+        return _rekey(rel, exprs)
+
+    def _take(self, node: Take):
+        x = node.inputs[0]
+        blk = self.block(x, node.axis)
+        rel = L.filter(self(x), Dim(node.axis) == node.index // blk)
+        rel = L.transform(rel, ops.take_kernel(node.axis, node.index % blk))
+        return L.rekey(rel, project(*(a for a in range(x.ndim) if a != node.axis)))
+
+
+def _local_dask_source(x, chunks, name):
+    """No cluster: compute the dask array here and cut it like a numpy array."""
+    return L.from_numpy(np.asarray(x.compute(scheduler="threads")), chunks if x.ndim else (), name=name)

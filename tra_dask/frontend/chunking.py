@@ -1,0 +1,255 @@
+"""Choosing the chunking: a block size per axis class, costed through the optimizer.
+
+Axes that must be cut alike form one *class* (union-find over the links of
+:mod:`.nodes`).  A class is *fixed* when data already has chunks along it (a dask
+array, a TRA relation, ``from_array(x, chunks=...)``), *constrained* by slices
+(their cuts fall on block boundaries), and otherwise *free*.  For the free classes
+the chooser builds the TRA expression under candidate block sizes and asks the
+optimizer for the best plan under each (its predicted seconds on the cluster, the
+time objective with memory a hard limit): first every class at the same number of
+blocks (1, p, 2p, p², … for p sites), then coordinate descent over each class's
+candidates, until no single change helps.  Candidates come from the cluster size
+(grids that fit p, p², p³ sites) and the extents; memory rules a candidate out
+when no plan fits.  A dask array's chunks are a candidate of its class like any
+other: keeping them costs nothing extra, re-chunking is what the plan under the
+other candidate costs (plus the re-chunk, done by dask, not counted yet).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from .nodes import Einsum, Leaf, Slice
+
+__all__ = ["AxisClasses", "Choice", "choose"]
+
+
+class AxisClasses:
+    """The axis classes of an expression DAG (``roots``)."""
+
+    def __init__(self, roots):
+        self.nodes = _topo(roots)
+        parent: dict = {}
+
+        def find(x):
+            parent.setdefault(x, x)
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        def union(a, b):
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[rb] = ra
+
+        for n in self.nodes:
+            for a in range(n.ndim):
+                find((n, a))
+            for i, a, o in n.links():
+                union((n.inputs[i], a), (n, o))
+            for (i, a), (j, b) in n.ties():
+                union((n.inputs[i], a), (n.inputs[j], b))
+        roots_of = {}
+        for m in list(parent):
+            roots_of.setdefault(find(m), []).append(m)
+        self.classes = list(roots_of.values())  # [[(node, axis), ...], ...]
+        self.of = {m: ci for ci, ms in enumerate(self.classes) for m in ms}
+        self.extent = [max(n.shape[a] for n, a in ms) for ms in self.classes]
+        self.fixed: list[dict] = [{} for _ in self.classes]    # value -> [leaf names]
+        self.rigid: list[dict] = [{} for _ in self.classes]    # relations, from_array(chunks=): not re-cut
+        for n in self.nodes:
+            if isinstance(n, Leaf) and n.chunks is not None:
+                for a, b in enumerate(n.chunks):
+                    ci = self.of[(n, a)]
+                    self.fixed[ci].setdefault(b, []).append(n.name)
+                    if n.kind in ("relation", "numpy"):  # the user (or the relation) fixed them
+                        self.rigid[ci].setdefault(b, []).append(n.name)
+        self.given: list = [None] * len(self.classes)  # einsum(..., chunks=) of the user
+        for n in self.nodes:
+            if isinstance(n, Einsum) and n.chunks:
+                want = dict(n.chunks)
+                for i, a, c in n._axes():
+                    if c in want:
+                        self.given[self.of[(n.inputs[i], a)]] = want[c]
+        self.cuts: list[list] = [[] for _ in self.classes]  # (position, what) cut points from slices
+        for n in self.nodes:
+            if isinstance(n, Slice):
+                x = n.inputs[0]
+                for a, (start, stop) in enumerate(n.bounds):
+                    ci = self.of[(x, a)]
+                    if start:
+                        self.cuts[ci].append(start)
+                    if stop != x.shape[a]:
+                        self.cuts[ci].append(stop)
+        for ci, rigid in enumerate(self.rigid):
+            if len(rigid) > 1:
+                desc = "; ".join(f"{', '.join(v)} in blocks of {b}" for b, v in sorted(rigid.items()))
+                raise ValueError(
+                    f"arrays cut differently along one axis: {desc}; TRA relations and from_array(x, "
+                    f"chunks=...) keep their chunks, so give them matching chunks (or let tra_dask choose: "
+                    f"from_array(x) without chunks)"
+                )
+
+    def ok(self, ci: int, b: int) -> bool:
+        return all(c % b == 0 for c in self.cuts[ci])
+
+    def describe(self, ci: int) -> str:
+        """A class named by the einsum letters / axes it carries (best effort)."""
+        letters = set()
+        for n in self.nodes:
+            if isinstance(n, Einsum):
+                for i, a, o in n.links():
+                    if self.of.get((n, o)) == ci:
+                        letters.add(n.out[o])
+                for (i, a), _ in n.ties():
+                    if self.of.get((n.inputs[i], a)) == ci:
+                        letters.add(n.subs[i][a])
+        if letters:
+            return "index " + "/".join(sorted(letters))
+        n, a = self.classes[ci][0]
+        return f"axis {a} of a {n.shape} array"
+
+    def candidates(self, ci: int, sites: int) -> list[int]:
+        """Block sizes to try for class ``ci``: its fixed chunks first, then grids
+        that fit the cluster, each on the slices' cut points."""
+        n = self.extent[ci]
+        pinned = list(self.rigid[ci]) or ([min(self.given[ci], max(1, n))] if self.given[ci] is not None else [])
+        for b in pinned:
+            bad = [c for c in self.cuts[ci] if c % b]
+            if bad:
+                who = ", ".join(self.rigid[ci][b]) if self.rigid[ci] else "einsum(..., chunks=)"
+                raise ValueError(
+                    f"a slice cuts {self.describe(ci)} at {bad[0]}, inside a chunk: {who} cuts it in blocks of "
+                    f"{b}, so slices may start and stop at multiples of {b} (or the end, {n}); let tra_dask "
+                    f"choose the chunks (numpy input without chunks=) or slice on a boundary"
+                )
+        if pinned:
+            return pinned
+        counts = [1, 2, sites, 2 * sites, sites * sites, 2 * sites * sites, sites ** 3]
+        out = [b for b in self.fixed[ci] if self.ok(ci, b)]
+        for c in sorted(set(counts)):
+            if c > n:
+                break
+            b = -(-n // c)
+            if self.ok(ci, b) and b not in out:
+                out.append(b)
+        if not out:  # the cut points leave only their common divisor
+            g = 0
+            for c in self.cuts[ci]:
+                g = math.gcd(g, c)
+            out = [max(1, g)]
+        return out
+
+
+def _topo(roots):
+    seen, order = set(), []
+
+    def visit(n):
+        if id(n) in seen:
+            return
+        seen.add(id(n))
+        for x in n.inputs:
+            visit(x)
+        order.append(n)
+
+    for r in roots:
+        visit(r)
+    return order
+
+
+@dataclass
+class Choice:
+    """The chunking chosen: a block size per class, the plan under it, and what
+    was tried (``tried``: ``[(blocks, predicted seconds or None if infeasible)]``)."""
+
+    classes: AxisClasses
+    blocks: list
+    plan: object = None
+    seconds: float | None = None
+    tried: list = field(default_factory=list)
+    elapsed: float = 0.0
+    why: str = ""
+
+    def block(self, node, axis) -> int:
+        return min(self.blocks[self.classes.of[(node, axis)]], max(1, node.shape[axis]))
+
+    def describe(self) -> str:
+        cl = self.classes
+        parts = []
+        for ci, b in enumerate(self.blocks):
+            n = cl.extent[ci]
+            if n <= 1:
+                continue
+            origin = ("fixed" if cl.rigid[ci] else "given" if cl.given[ci] is not None
+                      else "kept" if b in cl.fixed[ci] else "chosen")
+            parts.append(f"{cl.describe(ci)}: {-(-n // b)} block(s) of {b} ({origin})")
+        return "; ".join(parts) or "one block"
+
+
+def choose(cl: AxisClasses, sites: int, evaluate) -> Choice:
+    """The chunking of the expression whose axis classes are ``cl`` with the least
+    predicted seconds.
+
+    ``evaluate(blocks) -> (plan, seconds)`` builds and plans the expression under
+    ``blocks`` (a block size per class); it raises ``ValueError`` when no plan fits
+    in memory.  With one site (or no free class) there is nothing to choose: free
+    classes get one block.
+    """
+    t0 = time.perf_counter()
+    cands = [cl.candidates(ci, sites) for ci in range(len(cl.classes))]
+    free = [ci for ci, c in enumerate(cands) if len(c) > 1]
+    tried: dict = {}
+
+    def cost(blocks):
+        key = tuple(blocks)
+        if key not in tried:
+            try:
+                tried[key] = evaluate(list(blocks))
+            except ValueError as e:
+                if "no plan fits" not in str(e):
+                    raise
+                tried[key] = (None, math.inf)
+        return tried[key][1]
+
+    # start: every class at its first candidate (fixed chunks / one block) ...
+    start = [c[0] for c in cands]
+    if sites > 1 and free:
+        # ... or every free class at the same number of blocks, whichever is fastest
+        starts = [start]
+        for count in sorted({1, sites, 2 * sites, sites * sites}):
+            b = list(start)
+            for ci in free:
+                want = -(-cl.extent[ci] // count)
+                b[ci] = min(cands[ci], key=lambda x: abs(x - want))
+            if b not in starts:
+                starts.append(b)
+        best = min(starts, key=cost)
+        improved = True
+        while improved:  # coordinate descent: one class at a time
+            improved = False
+            for ci in free:
+                for b in cands[ci]:
+                    trial = list(best)
+                    trial[ci] = b
+                    if cost(trial) < cost(best) * 0.995:
+                        best, improved = trial, True
+    else:
+        best = start
+    plan, seconds = tried[tuple(best)] if tuple(best) in tried else evaluate(best)
+    if seconds == math.inf:
+        raise ValueError(tried_msg(cl, tried))
+    choice = Choice(cl, best, plan, seconds, [(list(k), None if v[1] == math.inf else v[1]) for k, v in tried.items()],
+                    time.perf_counter() - t0)
+    n_tried = max(1, len(tried))
+    choice.why = (f"{choice.describe()}; least predicted time of {n_tried} chunking(s) tried"
+                  if len(tried) > 1 else choice.describe())
+    return choice
+
+
+def tried_msg(cl: AxisClasses, tried: dict) -> str:
+    return (f"no chunking fits in memory: {len(tried)} chunking(s) of "
+            f"{', '.join(cl.describe(ci) for ci in range(len(cl.classes)) if cl.extent[ci] > 1)} "
+            f"were planned and none has a plan within the memory limit; use more workers or a larger limit")

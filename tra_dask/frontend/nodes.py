@@ -1,0 +1,204 @@
+"""The array front-end's expression nodes: immutable, typed by shape and dtype
+alone, and free of any chunking.
+
+An array expression is a DAG of these nodes.  The chunking is chosen later (by
+:mod:`.chunking`) per *axis class*: axes that must be cut alike (the same einsum
+index in every operand, the aligned axes of an elementwise op, an axis and its
+image under a transpose or reduction) share one block size.  ``links`` says which
+axes of a node's inputs its output axes are tied to; :mod:`.build` turns a node
+and a block size per axis into a TRA relation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ANode", "Leaf", "Einsum", "Elementwise", "ScalarOp", "Unary", "Reduce", "ArgReduce",
+           "Permute", "Slice", "Take"]
+
+
+@dataclass(frozen=True, eq=False)
+class ANode:
+    shape: tuple
+    dtype: np.dtype
+
+    inputs = ()
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def links(self):
+        """``[(input index, input axis, output axis)]``: axes cut alike."""
+        return []
+
+    def ties(self):
+        """``[((input index, axis), (input index, axis))]``: input axes cut alike
+        that no output axis carries (a contracted einsum index)."""
+        return []
+
+
+@dataclass(frozen=True, eq=False)
+class Leaf(ANode):
+    """Data: a numpy/cupy array (chunks free or given), a dask array (its chunks,
+    where it lives), or a TRA relation of a chunk grid (its chunks)."""
+
+    data: Any = None
+    kind: str = "numpy"             # "numpy", "dask" or "relation"
+    chunks: tuple | None = None     # a block size per axis when fixed
+    name: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class Einsum(ANode):
+    """``numpy.einsum`` with parsed subscripts: one letter per operand axis, the
+    output letters, each letter's extent."""
+
+    inputs: tuple = ()
+    subs: tuple = ()
+    out: str = ""
+    sizes: tuple = ()  # ((letter, extent), ...)
+    chunks: tuple = ()  # ((letter, block size), ...) the user gave
+    optimize: object = "auto"  # "auto", an opt_einsum strategy, or a path
+
+    def size(self, c) -> int:
+        return dict(self.sizes)[c]
+
+    def broadcast_axes(self, i) -> tuple:
+        """Axes of operand ``i`` of extent 1 that broadcast against a larger extent."""
+        sizes = dict(self.sizes)
+        return tuple(a for a, (c, n) in enumerate(zip(self.subs[i], self.inputs[i].shape))
+                     if n == 1 and sizes[c] != 1)
+
+    def _axes(self):
+        for i, sub in enumerate(self.subs):
+            bc = self.broadcast_axes(i)
+            for a, c in enumerate(sub):
+                if a not in bc:
+                    yield i, a, c
+
+    def links(self):
+        return [(i, a, self.out.index(c)) for i, a, c in self._axes() if c in self.out]
+
+    def ties(self):
+        first: dict = {}
+        out = []
+        for i, a, c in self._axes():
+            if c in self.out:
+                continue
+            if c in first:
+                out.append((first[c], (i, a)))
+            else:
+                first[c] = (i, a)
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class Elementwise(ANode):
+    """A binary elementwise op (``add``, ``sub``, ``mul``, ``div``, ``max``,
+    ``min``, ``pow``) with numpy broadcasting."""
+
+    inputs: tuple = ()
+    op: str = "add"
+
+    def kept(self, i) -> list:
+        """``[(input axis, output axis)]`` of input ``i`` that are not broadcast."""
+        x = self.inputs[i]
+        off = self.ndim - x.ndim
+        return [(a, a + off) for a in range(x.ndim) if x.shape[a] == self.shape[a + off]]
+
+    def links(self):
+        return [(i, a, o) for i in range(2) for a, o in self.kept(i)]
+
+
+@dataclass(frozen=True, eq=False)
+class ScalarOp(ANode):
+    """``x op c`` or ``c op x`` with a scalar ``c``."""
+
+    inputs: tuple = ()
+    op: str = "add"
+    value: Any = 0
+    reflected: bool = False
+
+    def links(self):
+        return [(0, a, a) for a in range(self.ndim)]
+
+
+@dataclass(frozen=True, eq=False)
+class Unary(ANode):
+    """A registered unary elementwise kernel (``exp``, ``log``, ``relu``, ...)."""
+
+    inputs: tuple = ()
+    kernel: str = "identity"
+
+    def links(self):
+        return [(0, a, a) for a in range(self.ndim)]
+
+
+@dataclass(frozen=True, eq=False)
+class Reduce(ANode):
+    """``sum``/``max``/``min`` over ``axes`` (``keepdims``: they stay, extent 1)."""
+
+    inputs: tuple = ()
+    op: str = "sum"
+    axes: tuple = ()
+    keepdims: bool = False
+
+    def links(self):
+        x = self.inputs[0]
+        kept = [a for a in range(x.ndim) if a not in self.axes]
+        if self.keepdims:
+            return [(0, a, a) for a in kept]
+        return [(0, a, o) for o, a in enumerate(kept)]
+
+
+@dataclass(frozen=True, eq=False)
+class ArgReduce(ANode):
+    """``argmin``/``argmax`` along one axis."""
+
+    inputs: tuple = ()
+    op: str = "min"
+    axis: int = 0
+
+    def links(self):
+        kept = [a for a in range(self.inputs[0].ndim) if a != self.axis]
+        return [(0, a, o) for o, a in enumerate(kept)]
+
+
+@dataclass(frozen=True, eq=False)
+class Permute(ANode):
+    """``transpose(perm)``: output axis ``d`` is input axis ``perm[d]``."""
+
+    inputs: tuple = ()
+    perm: tuple = ()
+
+    def links(self):
+        return [(0, p, d) for d, p in enumerate(self.perm)]
+
+
+@dataclass(frozen=True, eq=False)
+class Slice(ANode):
+    """``x[start:stop, ...]`` per axis (step 1); the cuts must fall on chunk
+    boundaries, which constrains the block sizes the chunking may choose."""
+
+    inputs: tuple = ()
+    bounds: tuple = ()  # ((start, stop), ...) per axis
+
+    def links(self):
+        return [(0, a, a) for a in range(self.ndim)]
+
+
+@dataclass(frozen=True, eq=False)
+class Take(ANode):
+    """``x[..., i, ...]``: the integer ``index`` along ``axis`` (the axis goes)."""
+
+    inputs: tuple = ()
+    axis: int = 0
+    index: int = 0
+
+    def links(self):
+        kept = [a for a in range(self.inputs[0].ndim) if a != self.axis]
+        return [(0, a, o) for o, a in enumerate(kept)]

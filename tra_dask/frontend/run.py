@@ -1,0 +1,217 @@
+"""Planning and running array expressions: chunking chosen with the plan.
+
+In this process (``td.to_numpy(x)``, ``x.relation``) the cluster is described by a
+:class:`~tra_dask.ClusterSpec` (defaults, ``sites`` sites) and the plan is only
+costed; on a cluster (``x.compute()``, ``x.to_dask_array()``, ``x.plan(client)``)
+every candidate chunking is planned by :func:`tra_dask.plan_for` with the time
+objective on the calibrated cluster, data already there (dask arrays) at its
+fixed placement.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .. import logical as L
+from ..optimizer.plan import Stage
+from .build import Builder
+from .chunking import AxisClasses, choose
+from .einsum import contraction_paths
+from .nodes import Einsum
+
+__all__ = ["build_local", "plan", "submit", "compute", "compute_local_or_cluster"]
+
+
+def _current_client():
+    try:
+        from distributed import default_client
+
+        return default_client()
+    except (ImportError, ValueError):
+        return None
+
+
+class _Placeholder:
+    """``fn(key)`` of a stand-in source (a dask array that would be re-chunked):
+    planning reads only its type; it is never called."""
+
+    def __call__(self, key):  # pragma: no cover - never run
+        raise RuntimeError("a planning placeholder was evaluated")
+
+
+def _multi_paths(root):
+    """Einsum nodes of more than two operands whose contraction order is ours to choose."""
+    from .chunking import _topo
+
+    return [n for n in _topo([root]) if isinstance(n, Einsum) and len(n.subs) > 2]
+
+
+def _fixed_path(node: Einsum):
+    if node.optimize == "auto":
+        return None
+    if isinstance(node.optimize, tuple):
+        return node.optimize
+    import opt_einsum
+
+    eq = ",".join(node.subs) + "->" + node.out
+    sizes = dict(node.sizes)
+    shapes = [tuple(sizes[c] for c in s) for s in node.subs]
+    try:
+        path, _ = opt_einsum.contract_path(eq, *shapes, shapes=True, optimize=node.optimize)
+    except Exception as e:
+        raise ValueError(f"einsum optimize={node.optimize!r}: {e}") from None
+    return tuple(tuple(int(i) for i in st) for st in path)
+
+
+# the search while comparing chunkings: one placement per node, 100 rewrites (on the
+# paper's matmul shapes, FFNN and attention it ranks chunkings as the full search
+# does, 3-6x faster); the chosen chunking's plan gets the full search
+QUICK = {"beam": 1, "budget": 100}
+
+
+def _rechunk_seconds(arr, sites: int, spec) -> float:
+    """What re-chunking a dask array costs on ``spec``: its bytes cross the network
+    (all but a site's share) and one task per new block."""
+    return arr.nbytes * (1 - 1 / sites) / spec.bandwidth + arr.npartitions * spec.task_overhead / sites
+
+
+def _choose(x, sites: int, plan_rel, dask_source, spec):
+    """Chunking, contraction order and plan for ``x``: ``plan_rel(rel, quick) ->
+    Plan`` (``quick``: a narrower search, for comparing candidates).  A candidate
+    that re-chunks a dask input pays :func:`_rechunk_seconds` on top of its plan.
+    Returns ``(relation, plan, choice)``; the plan carries a ``chunking`` stage
+    saying what was chosen and why."""
+    from .array import _regular_chunks
+
+    root = x._node
+    t0 = time.perf_counter()
+    cl = AxisClasses([root])
+    multi = _multi_paths(root)
+    paths = {n: p for n in multi if (p := _fixed_path(n)) is not None}
+    built: dict = {}  # (blocks, paths) -> (relation, plan, used a placeholder)
+
+    def evaluate(blocks, paths=paths, placeholders=True, quick=True):
+        key = (tuple(blocks), tuple(paths.get(n) for n in multi), placeholders, quick)
+        if key not in built:
+            used = []
+
+            def block(node, axis):
+                return min(blocks[cl.of[(node, axis)]], max(1, node.shape[axis]))
+
+            def source(arr, chunks, name):
+                if placeholders and _regular_chunks(arr.chunks) != tuple(chunks):
+                    used.append(arr)  # costed as data placed freely (+ the re-chunk); made only if chosen
+                    return L.from_function(_Placeholder(), arr.shape, chunks, arr.dtype, name=f"{name}(rechunked)")
+                return dask_source(arr, chunks, name)
+
+            rel = Builder(block, source, paths)(root)
+            extra = sum(_rechunk_seconds(a, sites, spec) for a in {id(a): a for a in used}.values())
+            built[key] = (rel, plan_rel(rel, quick), bool(used), extra)
+        p, extra = built[key][1], built[key][3]
+        return p, (p.cost.seconds or 0.0) + extra
+
+    choice = choose(cl, sites, evaluate)
+    notes = []
+    for node in multi:  # the contraction order: opt_einsum's candidates, costed under the chosen chunking
+        if node.optimize != "auto":
+            continue
+        cands = contraction_paths(list(node.subs), node.out, dict(node.sizes))
+        scored = []
+        for path in cands:
+            trial = dict(paths)
+            trial[node] = path
+            try:
+                scored.append((evaluate(choice.blocks, trial)[1], len(scored), path))
+            except ValueError:
+                continue
+        if scored:
+            paths[node] = min(scored)[2]
+            notes.append(f"contraction order {[list(s) for s in paths[node]]}, the fastest of {len(cands)} "
+                         f"candidate(s) from opt_einsum for {','.join(node.subs)}->{node.out}")
+    # the final plan: the full search, with the real (re-chunked) dask sources
+    evaluate(choice.blocks, paths, placeholders=False, quick=False)
+    rel, best = built[(tuple(choice.blocks), tuple(paths.get(n) for n in multi), False, False)][:2]
+    why = choice.why + ("; " + "; ".join(notes) if notes else "")
+    return rel, best.with_stage(Stage("chunking", None, time.perf_counter() - t0, why)), choice
+
+
+def build_local(x, sites: int = 1):
+    """``(relation, plan)`` for ``x`` planned in this process for ``sites`` sites."""
+    from ..optimizer import optimize
+    from ..optimizer.cluster import ClusterSpec
+
+    spec = ClusterSpec(sites=sites)
+    cache: dict = {}
+
+    def local_dask(arr, chunks, name):
+        if id(arr) not in cache:
+            cache[id(arr)] = (arr, np.asarray(arr.compute(scheduler="threads")))
+        return L.from_numpy(cache[id(arr)][1], chunks if arr.ndim else (), name=name)
+
+    def plan_rel(rel, quick):
+        if sites == 1:
+            from ..optimizer import compile as _compile
+
+            return _compile(rel, sites=1)
+        return optimize(rel, sites=sites, objective="time", cluster=spec, **(QUICK if quick else {}))
+
+    rel, p, _ = _choose(x, sites, plan_rel, local_dask, spec)
+    return rel, p
+
+
+def plan(x, client=None, sites=None, *, calibrate: bool = True, memory_limit=None):
+    """``(plan, client, workers)`` for running ``x`` on a cluster."""
+    from ..calibration import cluster_spec
+    from ..runtime import _resolve, from_dask_array, plan_for
+
+    client = client or _current_client()
+    client, workers = _resolve(client, sites)
+
+    made: dict = {}
+
+    def dask_source(arr, chunks, name):  # persisted once per chunking, where dask puts it
+        from .array import _regular_chunks
+
+        key = (arr.name, tuple(chunks))
+        if key not in made:
+            cut = arr if _regular_chunks(arr.chunks) == tuple(chunks) else arr.rechunk(chunks)
+            made[key] = from_dask_array(cut, name=name, client=client)
+        return made[key]
+
+    def plan_rel(rel, quick):
+        return plan_for(rel, client, workers, objective="time", calibrate=calibrate, memory_limit=memory_limit,
+                        **(QUICK if quick else {}))
+
+    spec = cluster_spec(client, calibrate_=calibrate)
+    _, p, _ = _choose(x, len(workers), plan_rel, dask_source, spec)
+    return p, client, workers
+
+
+def submit(x, client=None, sites=None, **kw):
+    """Run ``x``; its :class:`~tra_dask.RelationFutures`."""
+    from ..runtime import submit as _submit
+
+    p, client, workers = plan(x, client, sites, **kw)
+    return _submit(p, client, workers)
+
+
+def compute(x, client=None, sites=None, **kw):
+    """Run ``x`` on the cluster; a numpy array."""
+    return submit(x, client, sites, **kw).to_numpy()
+
+
+def compute_local_or_cluster(x):
+    """``numpy.asarray(x)``: on the current Dask client if there is one, else here."""
+    if _current_client() is not None:
+        return compute(x)
+    return evaluate_local(x)
+
+
+def evaluate_local(x, sites: int = 1):
+    """Evaluate ``x`` in this process with the reference evaluator."""
+    rel, _ = build_local(x, sites)
+    out = L.to_numpy(rel)
+    return np.asarray(out)
+
