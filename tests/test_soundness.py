@@ -502,6 +502,16 @@ def test_a_plain_callable_named_add_is_not_the_registered_add(sites):
         check_every_plan(expr, sites)
 
 
+@pytest.mark.parametrize("sites", [2, 3])
+def test_a_kernel_on_copies_of_one_array_runs_once(sites):
+    # insert_dim copies each array; a kernel map after it runs once per array per site
+    # (work and layout alike), so a broadcast of the results moves each result once --
+    # the cost said 8 floats where the simulator (and the lowering) moved 4
+    s0 = td.from_numpy(np.random.default_rng(0).standard_normal((2, 2)), (1, 1), name="S0")
+    e = td.join(s0, td.transform(td.rekey(s0, insert_dim(0, 2)), "row_sum"), (), (), "add")
+    check_every_plan(e, sites)
+
+
 def test_the_generator_makes_mostly_valid_programs():
     """Most operators the generator tries are valid TRA (the others raise and are
     drawn again), and few programs end up without an operator."""

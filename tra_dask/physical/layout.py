@@ -396,6 +396,14 @@ def aggregate_layout(inp: Layout, in_t: RelationType, group_by, out_t: RelationT
     return Layout(s, out_rows, out_sites, partial, (out_index,), None, origin)
 
 
+def _per_array(inp: Layout) -> np.ndarray:
+    """A fresh id per distinct (input origin, site) of ``inp``'s tuples."""
+    code = inp.origin.astype(np.int64) * inp.nsites + inp.sites
+    lo = int(code.min()) if len(code) else 0
+    _, inv = unique_inverse(code - lo, int(code.max()) - lo + 1 if len(code) else 0)
+    return fresh(int(inv.max()) + 1 if len(inv) else 0)[inv]
+
+
 def expand_layout(inp: Layout, n_in: int, out_rows: np.ndarray, src_rows: np.ndarray, data: str = "same") -> Layout:
     """A multi-map: input row ``src_rows[i]`` becomes output row ``out_rows[i]``; every
     physical copy is mapped on its own site.  ``data``: ``"same"`` (filter, pure
@@ -423,7 +431,9 @@ def expand_layout(inp: Layout, n_in: int, out_rows: np.ndarray, src_rows: np.nda
     if data == "same":
         origin = inp.origin[phys]
     elif data == "per_input":
-        origin = fresh(m)[phys]
+        # one kernel call per input *array* on its site: copies of one array (an
+        # insert_dim's) share the call and its result (physical.work groups alike)
+        origin = fresh(m)[phys] if inp.origins_distinct() else _per_array(inp)[phys]
     else:
         origin = None
     return Layout(inp.nsites, rows, sites, inp.partial, (phys,), None, origin)

@@ -254,9 +254,14 @@ def _derive_map(w: NodeWork, node: LocalMap):
         w._one_task_per_needed("tile")
     elif op.kernel is None:  # a pure rekey: the input's arrays under new keys
         w.alias[w.need] = src[w.need]
-    else:  # the kernel runs once per input tuple; its output keys share the result
+    else:  # the kernel runs once per input array on its site; its output keys share the result
         idx = np.flatnonzero(w.need)
-        w._one_task_per_group("kernel", src[idx], idx)
+        inp = node.input.layout
+        if inp.origins_distinct():
+            w._one_task_per_group("kernel", src[idx], idx)
+        else:  # copies of one array (an insert_dim's) make one call (layout: expand_layout)
+            w._one_task_per_group("kernel", inp.origin[src[idx]].astype(np.int64) * inp.nsites + inp.sites[src[idx]],
+                                  idx)
 
 
 _DERIVE = {
