@@ -33,6 +33,7 @@ import time
 import numpy as np
 
 from .optimizer.cluster import ClusterSpec
+from .runtime import workers_info
 
 __all__ = ["calibrate", "cluster_spec"]
 
@@ -173,7 +174,7 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
     if client.status != "running":
         raise RuntimeError(f"the Dask client is {client.status}; calibrate a running cluster")
     started = time.perf_counter()
-    info = client.scheduler_info(n_workers=-1)["workers"]
+    info = workers_info(client)
     workers = sorted(info)
     if not workers:
         raise RuntimeError("calibrate: the cluster has no workers; start some (dask worker <scheduler>) first")
@@ -234,7 +235,7 @@ def cluster_spec(client, *, calibrate_: bool = True) -> ClusterSpec:
     """The cached spec of ``client``'s cluster: calibrated the first time it is asked
     for (per scheduler address and worker set), or the defaults when
     ``calibrate_`` is False."""
-    info = client.scheduler_info(n_workers=-1)["workers"]
+    info = workers_info(client)
     if not calibrate_:
         return ClusterSpec(sites=max(1, len(info)))
     key = (client.scheduler.address, tuple(sorted(info)))

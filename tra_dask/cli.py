@@ -32,7 +32,7 @@ def run_matmul(args) -> int:
     from . import compile as compiled_plan
     from . import optimize as optimized_plan
     from .programs import matmul, random_uniform
-    from .runtime import embedded_client, submit
+    from .runtime import embedded_client, submit, workers_info
 
     I, K, J = (max(1, round(d * args.scale)) for d in PAPER_SHAPES[args.shape])
     b = args.blocks
@@ -53,7 +53,7 @@ def run_matmul(args) -> int:
     else:
         client = embedded_client(args.sites)
         where = "embedded LocalCluster on 127.0.0.1"
-    print(f"  cluster: {where}, {len(client.scheduler_info()['workers'])} workers "
+    print(f"  cluster: {where}, {len(workers_info(client))} workers "
           f"(ready in {time.perf_counter() - t0:.1f} s)")
     t1 = time.perf_counter()
     plan = compiled_plan(C, sites=args.sites) if args.compiled else optimized_plan(C, sites=args.sites)

@@ -107,6 +107,14 @@ def _ensure_recorder(client: Client) -> bool:
 # ---------------------------------------------------------------------------
 
 
+def workers_info(client: Client) -> dict:
+    """``{address: info}`` of every worker, asked of the scheduler now.
+    ``client.scheduler_info()`` returns the client's cached identity, which its own
+    periodic refresh (asking for no workers) may overwrite between the fetch and the
+    read: an empty worker list on a healthy cluster, now and then."""
+    return dict(client.sync(client.scheduler.identity, n_workers=-1).get("workers", {}))
+
+
 def _check_client(client: Client) -> None:
     if client.status != "running":
         raise RuntimeError(f"the Dask client is {client.status}; connect a running client (or pass client=None)")
@@ -114,7 +122,7 @@ def _check_client(client: Client) -> None:
 
 def _workers(client: Client, sites) -> list[str]:
     _check_client(client)
-    available = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    available = sorted(workers_info(client))
     if not available:
         raise RuntimeError("the cluster has no workers")
     if sites is None:
@@ -168,7 +176,7 @@ def _wait_done(futures, client: Client | None = None, pinned=(), timeout: float 
             last_check = now
             # gone in two checks in a row (0.5 s apart): one answer without a worker
             # has been seen while the cluster was busy and every worker was alive
-            now_missing = set(pinned) - set(client.scheduler_info(n_workers=-1)["workers"])
+            now_missing = set(pinned) - set(workers_info(client))
             gone, missing = now_missing & missing, now_missing
             if gone:
                 sites = sorted(list(pinned).index(w) for w in gone)
@@ -293,7 +301,7 @@ def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: 
 
 
 def _workers_memory_limit(client: Client, workers: list[str]) -> float | None:
-    info = client.scheduler_info(n_workers=-1)["workers"]
+    info = workers_info(client)
     limits = [info[w].get("memory_limit") or 0 for w in workers if w in info]
     limits = [x for x in limits if x > 0]
     return float(min(limits)) if limits else None
