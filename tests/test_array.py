@@ -28,10 +28,11 @@ EINSUMS = [
 assert len(EINSUMS) >= 40
 
 
-def _operands(sub, seed, dtype=np.float64):
-    """Random operands for ``sub`` with random extents (1-7: most do not divide the chunks)."""
+def _operands(sub, seed, dtype=np.float64, scale=1):
+    """Random operands for ``sub`` with random extents (1-7 times ``scale``: most do
+    not divide the chunks)."""
     rng = np.random.default_rng(seed)
-    sizes = {c: int(rng.integers(1, 8)) for c in "abcdefghijklmnopqrstuvwxyz"}
+    sizes = {c: int(rng.integers(1, 8)) * scale for c in "abcdefghijklmnopqrstuvwxyz"}
     terms = sub.split("->")[0].split(",")
     return [rng.standard_normal(tuple(sizes[c] for c in t.replace("...", "xy"))).astype(dtype) for t in terms]
 
@@ -202,7 +203,7 @@ def test_bad_array_inputs():
         td.to_numpy(td.from_array(np.ones(6), chunks=2)[1:3])
     with pytest.raises(ValueError, match=r"cut differently along one axis"):
         td.to_numpy(td.from_array(np.ones(6), chunks=2) + td.from_array(np.ones(6), chunks=3))
-    with pytest.raises(TypeError, match=r"comparisons"):
+    with pytest.raises(TypeError, match=r"does not support == and !="):
         x == x
     with pytest.raises(TypeError, match=r"dtype complex128 is not supported"):
         td.from_array(np.ones(3, complex))
@@ -246,8 +247,8 @@ def test_einsum_on_cluster(client, kind):
 
 @pytest.mark.parametrize("sub", ["ij,jk->ik", "bhqd,bhkd->bhqk", "ijk,jr,kr->ir", "ii->i"])
 def test_auto_chunking_on_cluster(client, sub):
-    ops = [x * 1 for x in _operands(sub, 3)]
-    big = [np.tile(x, tuple(8 if n > 1 else 1 for n in x.shape)) for x in ops]
+    rank = max(len(t) for t in sub.split("->")[0].split(","))
+    big = _operands(sub, 3, scale={2: 40, 3: 8}.get(rank, 3))  # a few hundred thousand elements at most
     x = td.einsum(sub, *big)
     plan = x.plan(client)
     assert plan.sites == 3 and plan.cost.seconds > 0
@@ -279,3 +280,52 @@ def test_results_as_dask_arrays(client):
     # the result feeds the next expression without leaving the cluster
     again = td.einsum("ij->i", td.submit(td.from_array(x) * 2.0, client))
     np.testing.assert_allclose(again.compute(client), (2 * x).sum(1))
+
+
+# ---------------------------------------------------------------------------
+# the paper's programs on the front-end; several outputs as one plan
+
+
+def test_comparisons_are_elementwise():
+    x = td.from_array(a, chunks=(3, 2))
+    _check(td.to_numpy(x > 0), a > 0)
+    _check(td.to_numpy(0.5 <= x), 0.5 <= a)
+    _check(td.to_numpy(np.less(c, x)), c < a)
+    _check(td.to_numpy(x * (x > 0)), a * (a > 0))
+
+
+def test_paper_programs_on_the_front_end():
+    from tra_dask.programs import (ffnn_forward, ffnn_forward_array, ffnn_sgd_step, ffnn_sgd_step_array,
+                                   nearest_neighbor, nearest_neighbor_array)
+
+    r = np.random.default_rng(8)
+    X, A_, q = r.standard_normal((23, 6)), r.standard_normal((6, 6)), r.standard_normal(6)
+    A_ = A_ @ A_.T
+    dist = np.einsum("ij,jk,ik->i", X - q, A_, X - q)
+    assert int(td.to_numpy(nearest_neighbor_array(q, X, A_))) == int(dist.argmin())
+    rel = td.to_numpy(nearest_neighbor(td.from_numpy(q, 3), td.from_numpy(X, (5, 3)), td.from_numpy(A_, 3)))
+    assert int(rel[1]) == int(dist.argmin())
+    W1, W2 = r.standard_normal((6, 9)) * 0.3, r.standard_normal((9, 4)) * 0.3
+    Y = np.eye(4)[r.integers(0, 4, 23)]
+    want = td.to_numpy(ffnn_forward(td.from_numpy(X, (5, 3)), td.from_numpy(W1, 3), td.from_numpy(W2, (3, 4))))
+    _check(td.to_numpy(ffnn_forward_array(X, W1, W2)), want)
+    new1, new2 = td.to_numpy(ffnn_sgd_step_array(X, Y, W1, W2, 0.1))
+    rel_step = ffnn_sgd_step(td.from_numpy(X, (5, 3)), td.from_numpy(Y, (5, 4)), td.from_numpy(W1, 3),
+                             td.from_numpy(W2, (3, 4)), 0.1)
+    chunks = td.evaluate(rel_step)
+    _check(new1, td.to_numpy(rel_step[0], chunks[0]))
+    _check(new2, td.to_numpy(rel_step[1], chunks[1]))
+
+
+def test_several_outputs_planned_together(client):
+    from tra_dask.programs import ffnn_sgd_step_array
+
+    r = np.random.default_rng(9)
+    X, Y = r.standard_normal((40, 8)), np.eye(3)[r.integers(0, 3, 40)]
+    W1, W2 = r.standard_normal((8, 12)) * 0.3, r.standard_normal((12, 3)) * 0.3
+    step = ffnn_sgd_step_array(da.from_array(X, chunks=(10, 8)), Y, W1, W2, 0.05)
+    got = td.compute(step, client)
+    want = td.to_numpy(step)
+    assert isinstance(got, tuple) and len(got) == 2
+    _check(got[0], want[0])
+    _check(got[1], want[1])

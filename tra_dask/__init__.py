@@ -31,11 +31,16 @@ __version__ = "0.1.0"
 _RUNTIME = ("plan_for", "from_dask_array", "RelationFutures")
 
 
+def _arrays(x) -> bool:
+    return isinstance(x, Array) or (isinstance(x, (tuple, list)) and bool(x) and
+                                    all(isinstance(a, Array) for a in x))
+
+
 def to_numpy(x, chunks=None):
     """One numpy array from a relation whose keys form a chunk grid (``chunks``: its
-    evaluated chunks, else it is evaluated here), or from a :class:`td.Array`
-    (evaluated in this process by the reference evaluator)."""
-    if isinstance(x, Array):
+    evaluated chunks, else it is evaluated here), or from a :class:`td.Array` (or a
+    tuple of them: evaluated in this process by the reference evaluator)."""
+    if _arrays(x):
         from .frontend.run import evaluate_local
 
         return evaluate_local(x)
@@ -45,7 +50,7 @@ def to_numpy(x, chunks=None):
 def submit(x, client=None, sites=None, **kw):
     """Run a TRA expression, a Plan or a :class:`td.Array` on a Dask cluster (see
     :func:`tra_dask.runtime.submit`); futures back."""
-    if isinstance(x, Array):
+    if _arrays(x):
         from .frontend.run import submit as _submit_array
 
         return _submit_array(x, client, sites, **kw)
@@ -56,8 +61,9 @@ def submit(x, client=None, sites=None, **kw):
 
 def compute(x, client=None, sites=None, **kw):
     """Run and gather: a numpy array for a :class:`td.Array`, ``{key: chunk}`` for a
-    relation (see :func:`tra_dask.runtime.compute`)."""
-    if isinstance(x, Array):
+    relation (see :func:`tra_dask.runtime.compute`); a tuple of arrays runs as one
+    plan."""
+    if _arrays(x):
         from .frontend.run import compute as _compute_array
 
         return _compute_array(x, client, sites, **kw)

@@ -25,8 +25,10 @@ __all__ = ["Array", "from_array", "asarray", "einsum", "matmul", "tensordot", "d
 _UNARY_UFUNCS = {np.exp: "exp", np.log: "log", np.negative: "neg", np.absolute: "abs", np.sqrt: "sqrt",
                  np.tanh: "tanh"}
 _BINARY_UFUNCS = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide: "div",
-                  np.maximum: "max", np.minimum: "min", np.power: "pow"}
-_NAME = {"add": "+", "sub": "-", "mul": "*", "div": "/", "max": "maximum", "min": "minimum", "pow": "**"}
+                  np.maximum: "max", np.minimum: "min", np.power: "pow", np.greater: "gt",
+                  np.greater_equal: "ge", np.less: "lt", np.less_equal: "le"}
+_NAME = {"add": "+", "sub": "-", "mul": "*", "div": "/", "max": "maximum", "min": "minimum", "pow": "**",
+         "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 
 
 def _is_scalar(v) -> bool:
@@ -158,10 +160,16 @@ class Array:
     def __bool__(self):
         raise TypeError("the truth value of a lazy td.Array is unknown; compute it first")
 
-    def _cmp(self, other):
-        raise TypeError("td.Array does not support comparisons yet (==, <, ...); compute, or use maximum/minimum")
+    def _no_eq(self, other):
+        raise TypeError("td.Array does not support == and != (exact float equality); use <, <=, >, >= or "
+                        "compute first")
 
-    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _cmp
+    __eq__ = __ne__ = _no_eq
+
+    def __gt__(self, o): return self._binary(o, "gt")
+    def __ge__(self, o): return self._binary(o, "ge")
+    def __lt__(self, o): return self._binary(o, "lt")
+    def __le__(self, o): return self._binary(o, "le")
 
     # -- elementwise ----------------------------------------------------------
     def _binary(self, other, op, reflected=False):
@@ -368,7 +376,8 @@ class Array:
 
 
 BINARY_NP = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "true_divide", "max": "maximum",
-             "min": "minimum", "pow": "power"}
+             "min": "minimum", "pow": "power", "gt": "greater", "ge": "greater_equal", "lt": "less",
+             "le": "less_equal"}
 
 
 def _scalar_node(x, op, c, reflected):

@@ -23,7 +23,8 @@ __all__ = [
 ]
 
 BINARY_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
-              "max": np.maximum, "min": np.minimum, "pow": np.power}
+              "max": np.maximum, "min": np.minimum, "pow": np.power, "gt": np.greater,
+              "ge": np.greater_equal, "lt": np.less, "le": np.less_equal}
 
 
 def _ufunc(xp, op: str):

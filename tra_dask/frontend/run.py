@@ -41,11 +41,22 @@ class _Placeholder:
         raise RuntimeError("a planning placeholder was evaluated")
 
 
-def _multi_paths(root):
+def _multi_paths(roots):
     """Einsum nodes of more than two operands whose contraction order is ours to choose."""
     from .chunking import _topo
 
-    return [n for n in _topo([root]) if isinstance(n, Einsum) and len(n.subs) > 2]
+    return [n for n in _topo(roots) if isinstance(n, Einsum) and len(n.subs) > 2]
+
+
+def _arrays(x) -> tuple:
+    """One array or several (planned together: shared work is done once)."""
+    from .array import Array
+
+    xs = tuple(x) if isinstance(x, (tuple, list)) else (x,)
+    bad = [type(a).__name__ for a in xs if not isinstance(a, Array)]
+    if bad or not xs:
+        raise TypeError(f"expected td.Array(s), got {', '.join(bad) or 'nothing'}")
+    return xs
 
 
 def _fixed_path(node: Einsum):
@@ -78,17 +89,19 @@ def _rechunk_seconds(arr, sites: int, spec) -> float:
 
 
 def _choose(x, sites: int, plan_rel, dask_source, spec):
-    """Chunking, contraction order and plan for ``x``: ``plan_rel(rel, quick) ->
-    Plan`` (``quick``: a narrower search, for comparing candidates).  A candidate
-    that re-chunks a dask input pays :func:`_rechunk_seconds` on top of its plan.
-    Returns ``(relation, plan, choice)``; the plan carries a ``chunking`` stage
-    saying what was chosen and why."""
+    """Chunking, contraction order and plan for ``x`` (an array, or a tuple of
+    arrays planned together): ``plan_rel(rel, quick) -> Plan`` (``quick``: a
+    narrower search, for comparing candidates).  A candidate that re-chunks a dask
+    input pays :func:`_rechunk_seconds` on top of its plan.  Returns ``(relation or
+    tuple of relations, plan, choice)``; the plan carries a ``chunking`` stage saying
+    what was chosen and why."""
     from .array import _regular_chunks
 
-    root = x._node
+    several = isinstance(x, (tuple, list))
+    roots = [a._node for a in _arrays(x)]
     t0 = time.perf_counter()
-    cl = AxisClasses([root])
-    multi = _multi_paths(root)
+    cl = AxisClasses(roots)
+    multi = _multi_paths(roots)
     paths = {n: p for n in multi if (p := _fixed_path(n)) is not None}
     built: dict = {}  # (blocks, paths) -> (relation, plan, used a placeholder)
 
@@ -106,7 +119,8 @@ def _choose(x, sites: int, plan_rel, dask_source, spec):
                     return L.from_function(_Placeholder(), arr.shape, chunks, arr.dtype, name=f"{name}(rechunked)")
                 return dask_source(arr, chunks, name)
 
-            rel = Builder(block, source, paths)(root)
+            build = Builder(block, source, paths)
+            rel = tuple(build(r) for r in roots) if several else build(roots[0])
             extra = sum(_rechunk_seconds(a, sites, spec) for a in {id(a): a for a in used}.values())
             built[key] = (rel, plan_rel(rel, quick), bool(used), extra)
         p, extra = built[key][1], built[key][3]
@@ -198,8 +212,9 @@ def submit(x, client=None, sites=None, **kw):
 
 
 def compute(x, client=None, sites=None, **kw):
-    """Run ``x`` on the cluster; a numpy array."""
-    return submit(x, client, sites, **kw).to_numpy()
+    """Run ``x`` on the cluster; a numpy array (a tuple of them for a tuple)."""
+    out = submit(x, client, sites, **kw)
+    return tuple(o.to_numpy() for o in out) if isinstance(out, tuple) else out.to_numpy()
 
 
 def compute_local_or_cluster(x):
@@ -210,8 +225,11 @@ def compute_local_or_cluster(x):
 
 
 def evaluate_local(x, sites: int = 1):
-    """Evaluate ``x`` in this process with the reference evaluator."""
+    """Evaluate ``x`` (an array or a tuple of arrays) in this process with the
+    reference evaluator."""
     rel, _ = build_local(x, sites)
-    out = L.to_numpy(rel)
-    return np.asarray(out)
+    if isinstance(rel, tuple):
+        chunks = L.evaluate(rel)
+        return tuple(np.asarray(L.to_numpy(r, c)) for r, c in zip(rel, chunks))
+    return np.asarray(L.to_numpy(rel))
 

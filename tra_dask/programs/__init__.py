@@ -4,5 +4,7 @@ from .linalg import matmul, softmax_rows
 from .ffnn import ffnn_forward, ffnn_sgd_step
 from .nearest_neighbor import RowIndex, nearest_neighbor
 from .data import UniformChunks, random_uniform
+from .arrays import ffnn_forward_array, ffnn_sgd_step_array, matmul_array, nearest_neighbor_array
 
-__all__ = ["matmul", "softmax_rows", "ffnn_forward", "ffnn_sgd_step", "nearest_neighbor", "RowIndex", "random_uniform", "UniformChunks"]
+__all__ = ["matmul", "softmax_rows", "ffnn_forward", "ffnn_sgd_step", "nearest_neighbor", "RowIndex", "random_uniform", "UniformChunks",
+           "matmul_array", "nearest_neighbor_array", "ffnn_forward_array", "ffnn_sgd_step_array"]
