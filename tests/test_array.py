@@ -329,3 +329,31 @@ def test_several_outputs_planned_together(client):
     assert isinstance(got, tuple) and len(got) == 2
     _check(got[0], want[0])
     _check(got[1], want[1])
+
+
+# ---------------------------------------------------------------------------
+# the chunking choice: memory is a hard limit; the choice is explained
+
+
+def test_chunking_respects_the_memory_limit():
+    r = np.random.default_rng(10)
+    a, b = r.standard_normal((600, 600)), r.standard_normal((600, 600))
+    x = td.einsum("ij,jk->ik", a, b)
+    _, roomy = x.to_relation(sites=3)
+    limit = 6_000_000  # bytes per site: A, B and C in one block each (8.6 MB) do not fit
+    rel, tight = x.to_relation(sites=3, memory_limit=limit)
+    assert roomy.cost.peak_bytes_per_site.max() > limit
+    assert tight.cost.peak_bytes_per_site.max() <= limit
+    assert "block(s)" in tight.stage("chunking").note
+    _check(td.to_numpy(rel), a @ b)
+    with pytest.raises(ValueError, match=r"no chunking fits in memory|no plan fits"):
+        x.to_relation(sites=3, memory_limit=20_000)
+
+
+def test_dask_chunks_are_kept_when_they_are_good():
+    """A dask input already cut the way the plan wants is not re-chunked."""
+    x = np.random.default_rng(12).standard_normal((64, 48))
+    dx = da.from_array(x, chunks=(32, 48))
+    rel, plan = td.from_array(dx).sum(axis=1).to_relation(sites=2)
+    assert "(kept)" in plan.stage("chunking").note
+    _check(td.to_numpy(rel), x.sum(1))

@@ -356,10 +356,11 @@ class Array:
         cluster gets comes with :meth:`plan`)."""
         return _run.build_local(self, sites=1)[0]
 
-    def to_relation(self, sites: int = 1):
-        """The TRA expression with the chunking chosen for ``sites`` sites (default
-        cluster description), and the :class:`~.chunking.Choice`."""
-        return _run.build_local(self, sites=sites)
+    def to_relation(self, sites: int = 1, memory_limit=None):
+        """``(relation, plan)``: the TRA expression with the chunking chosen for
+        ``sites`` sites of the default cluster description (``memory_limit``: bytes
+        per site), and its plan."""
+        return _run.build_local(self, sites=sites, memory_limit=memory_limit)
 
     def plan(self, client=None, sites=None, **kw):
         """The plan :meth:`compute` runs (chunking included; ``plan.explain()``)."""

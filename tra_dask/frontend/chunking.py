@@ -97,20 +97,20 @@ class AxisClasses:
         return all(c % b == 0 for c in self.cuts[ci])
 
     def describe(self, ci: int) -> str:
-        """A class named by the einsum letters / axes it carries (best effort)."""
-        letters = set()
-        for n in self.nodes:
-            if isinstance(n, Einsum):
-                for i, a, o in n.links():
-                    if self.of.get((n, o)) == ci:
-                        letters.add(n.out[o])
-                for (i, a), _ in n.ties():
-                    if self.of.get((n.inputs[i], a)) == ci:
-                        letters.add(n.subs[i][a])
-        if letters:
-            return "index " + "/".join(sorted(letters))
+        """A class named for people: its einsum index when the expression is one
+        einsum, else the input axes it cuts (``X axis 0``)."""
+        einsums = [n for n in self.nodes if isinstance(n, Einsum)]
+        if len(einsums) == 1 and all(isinstance(i, Leaf) for i in einsums[0].inputs):
+            n = einsums[0]
+            letters = {n.out[o] for i, a, o in n.links() if self.of.get((n, o)) == ci}
+            letters |= {n.subs[i][a] for (i, a), _ in n.ties() if self.of.get((n.inputs[i], a)) == ci}
+            if letters:
+                return "index " + "/".join(sorted(letters))
+        leaves = sorted({f"{n.name} axis {a}" for n, a in self.classes[ci] if isinstance(n, Leaf)})
+        if leaves:
+            return " = ".join(leaves[:3]) + (" ..." if len(leaves) > 3 else "")
         n, a = self.classes[ci][0]
-        return f"axis {a} of a {n.shape} array"
+        return f"axis {a} of a {n.shape} result"
 
     def candidates(self, ci: int, sites: int) -> list[int]:
         """Block sizes to try for class ``ci``: its fixed chunks first, then grids
@@ -128,7 +128,10 @@ class AxisClasses:
                 )
         if pinned:
             return pinned
-        counts = [1, 2, sites, 2 * sites, sites * sites, 2 * sites * sites, sites ** 3]
+        # grids that fit the sites: p per index, √p and ∛p (2-D and 3-D site grids),
+        # and a few more blocks than sites (balance, overlap)
+        roots = [r for r in (round(sites ** 0.5), round(sites ** (1 / 3))) if r ** 2 == sites or r ** 3 == sites]
+        counts = [1, 2, *roots, sites, 2 * sites, 4 * sites]
         out = [b for b in self.fixed[ci] if self.ok(ci, b)]
         for c in sorted(set(counts)):
             if c > n:
@@ -189,14 +192,19 @@ class Choice:
         return "; ".join(parts) or "one block"
 
 
-def choose(cl: AxisClasses, sites: int, evaluate) -> Choice:
+FINALISTS = 3  # the best chunkings under the quick search, planned again in full
+
+
+def choose(cl: AxisClasses, sites: int, evaluate, final=None) -> Choice:
     """The chunking of the expression whose axis classes are ``cl`` with the least
     predicted seconds.
 
     ``evaluate(blocks) -> (plan, seconds)`` builds and plans the expression under
     ``blocks`` (a block size per class); it raises ``ValueError`` when no plan fits
-    in memory.  With one site (or no free class) there is nothing to choose: free
-    classes get one block.
+    in memory.  ``final(blocks)``, when given, plans the :data:`FINALISTS` best
+    chunkings again with the full search (``evaluate`` may be a quick, narrower one
+    that misranks close candidates) and the best of those wins.  With one site (or
+    no free class) there is nothing to choose: free classes get one block.
     """
     t0 = time.perf_counter()
     cands = [cl.candidates(ci, sites) for ci in range(len(cl.classes))]
@@ -238,6 +246,18 @@ def choose(cl: AxisClasses, sites: int, evaluate) -> Choice:
                         best, improved = trial, True
     else:
         best = start
+    if final is not None and sites > 1 and free:
+        ranked = sorted((v[1], k) for k, v in tried.items() if v[1] < math.inf)[:FINALISTS]
+        full = {}
+        for _, k in ranked:
+            try:
+                full[k] = final(list(k))
+            except ValueError as e:
+                if "no plan fits" not in str(e):
+                    raise
+        if full:
+            best = list(min(full, key=lambda k: full[k][1]))
+            tried[tuple(best)] = full[tuple(best)]
     plan, seconds = tried[tuple(best)] if tuple(best) in tried else evaluate(best)
     if seconds == math.inf:
         raise ValueError(tried_msg(cl, tried))
@@ -245,6 +265,7 @@ def choose(cl: AxisClasses, sites: int, evaluate) -> Choice:
                     time.perf_counter() - t0)
     n_tried = max(1, len(tried))
     choice.why = (f"{choice.describe()}; least predicted time of {n_tried} chunking(s) tried"
+                  + (f" ({min(FINALISTS, n_tried)} best planned again in full)" if final is not None else "")
                   if len(tried) > 1 else choice.describe())
     return choice
 

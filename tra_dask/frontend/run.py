@@ -19,7 +19,7 @@ from ..optimizer.plan import Stage
 from .build import Builder
 from .chunking import AxisClasses, choose
 from .einsum import contraction_paths
-from .nodes import Einsum
+from .nodes import Einsum, Leaf
 
 __all__ = ["build_local", "plan", "submit", "compute", "compute_local_or_cluster"]
 
@@ -76,10 +76,10 @@ def _fixed_path(node: Einsum):
     return tuple(tuple(int(i) for i in st) for st in path)
 
 
-# the search while comparing chunkings: one placement per node, 100 rewrites (on the
-# paper's matmul shapes, FFNN and attention it ranks chunkings as the full search
-# does, 3-6x faster); the chosen chunking's plan gets the full search
-QUICK = {"beam": 1, "budget": 100}
+# the search while comparing chunkings: two placements per node, 300 rewrites (2-5x
+# faster than the full search; one placement and 100 rewrites misranked the
+# nearest-neighbour chunkings); the best few are planned again in full
+QUICK = {"beam": 2, "budget": 300}
 
 
 def _rechunk_seconds(arr, sites: int, spec) -> float:
@@ -105,7 +105,10 @@ def _choose(x, sites: int, plan_rel, dask_source, spec):
     paths = {n: p for n in multi if (p := _fixed_path(n)) is not None}
     built: dict = {}  # (blocks, paths) -> (relation, plan, used a placeholder)
 
+    has_dask = any(isinstance(n, Leaf) and n.kind == "dask" for n in cl.nodes)
+
     def evaluate(blocks, paths=paths, placeholders=True, quick=True):
+        placeholders = placeholders and has_dask  # (without dask inputs they make no difference)
         key = (tuple(blocks), tuple(paths.get(n) for n in multi), placeholders, quick)
         if key not in built:
             used = []
@@ -126,7 +129,7 @@ def _choose(x, sites: int, plan_rel, dask_source, spec):
         p, extra = built[key][1], built[key][3]
         return p, (p.cost.seconds or 0.0) + extra
 
-    choice = choose(cl, sites, evaluate)
+    choice = choose(cl, sites, evaluate, final=lambda blocks: evaluate(blocks, quick=False))
     notes = []
     for node in multi:  # the contraction order: opt_einsum's candidates, costed under the chosen chunking
         if node.optimize != "auto":
@@ -151,12 +154,14 @@ def _choose(x, sites: int, plan_rel, dask_source, spec):
     return rel, best.with_stage(Stage("chunking", None, time.perf_counter() - t0, why)), choice
 
 
-def build_local(x, sites: int = 1):
-    """``(relation, plan)`` for ``x`` planned in this process for ``sites`` sites."""
+def build_local(x, sites: int = 1, memory_limit=None):
+    """``(relation, plan)`` for ``x`` planned in this process for ``sites`` sites of
+    the default :class:`~tra_dask.ClusterSpec` (``memory_limit``: bytes per site)."""
     from ..optimizer import optimize
     from ..optimizer.cluster import ClusterSpec
 
-    spec = ClusterSpec(sites=sites)
+    spec = ClusterSpec(sites=sites) if memory_limit is None else ClusterSpec(sites=sites,
+                                                                             memory_per_site=memory_limit)
     cache: dict = {}
 
     def local_dask(arr, chunks, name):

@@ -18,20 +18,20 @@ from ..frontend import Array, from_array
 __all__ = ["matmul_array", "nearest_neighbor_array", "ffnn_forward_array", "ffnn_sgd_step_array"]
 
 
-def _arr(x) -> Array:
-    return from_array(x)
+def _arr(x, name: str | None = None) -> Array:
+    return x if isinstance(x, Array) else from_array(x, name=name)
 
 
 def matmul_array(A, B) -> Array:
     """``A @ B``."""
-    return _arr(A) @ _arr(B)
+    return _arr(A, "A") @ _arr(B, "B")
 
 
 def nearest_neighbor_array(x_q, X, A) -> Array:
     """``argmin_i (x_i - x_q) A (x_i - x_q)ᵀ`` (paper §6.2): the row index of the
     nearest row of ``X`` (N×D) to the query ``x_q`` (D,) under the metric ``A`` (D×D)."""
-    diff = _arr(X) - _arr(x_q)
-    return ((diff @ _arr(A)) * diff).sum(axis=1).argmin()
+    diff = _arr(X, "X") - _arr(x_q, "x_q")
+    return ((diff @ _arr(A, "A")) * diff).sum(axis=1).argmin()
 
 
 def _softmax_rows(z: Array) -> Array:
@@ -41,7 +41,7 @@ def _softmax_rows(z: Array) -> Array:
 
 def ffnn_forward_array(X, W1, W2, *, softmax: bool = True) -> Array:
     """``softmax(relu(X @ W1) @ W2)`` (paper §6.3, no biases)."""
-    logits = np.maximum(_arr(X) @ _arr(W1), 0) @ _arr(W2)
+    logits = np.maximum(_arr(X, "X") @ _arr(W1, "W1"), 0) @ _arr(W2, "W2")
     return _softmax_rows(logits) if softmax else logits
 
 
@@ -50,7 +50,7 @@ def ffnn_sgd_step_array(X, Y, W1, W2, lr: float):
     softmax output, mean cross-entropy over the batch.  Returns ``(W1_new,
     W2_new)``; compute them together (``td.compute((W1n, W2n))``) so the forward
     pass runs once."""
-    X, Y, W1, W2 = (_arr(v) for v in (X, Y, W1, W2))
+    X, Y, W1, W2 = (_arr(v, n) for v, n in ((X, "X"), (Y, "Y"), (W1, "W1"), (W2, "W2")))
     Z1 = X @ W1
     A1 = np.maximum(Z1, 0)
     P = _softmax_rows(A1 @ W2)
