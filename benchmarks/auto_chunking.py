@@ -215,6 +215,7 @@ def main(argv=None):
 
 
 def table(rows, vs, machines):
+    machines = [m.replace(", inputs persisted on the workers before timing", "") for m in machines]
     lines = [f"Machines: {m}" for m in machines] + [
         "",
         "Inputs are numpy arrays in the client; a run scatters them, runs every task and waits (same for every "

@@ -192,7 +192,8 @@ class Choice:
         return "; ".join(parts) or "one block"
 
 
-FINALISTS = 3  # the best chunkings under the quick search, planned again in full
+FINALISTS = 2  # the best chunkings under the quick search, planned again in full ...
+FINALIST_MARGIN = 1.1  # ... if within 10% of the best quick prediction
 
 
 def choose(cl: AxisClasses, sites: int, evaluate, final=None) -> Choice:
@@ -248,6 +249,7 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None) -> Choice:
         best = start
     if final is not None and sites > 1 and free:
         ranked = sorted((v[1], k) for k, v in tried.items() if v[1] < math.inf)[:FINALISTS]
+        ranked = [(t, k) for t, k in ranked if t <= ranked[0][0] * FINALIST_MARGIN]
         full = {}
         for _, k in ranked:
             try:
@@ -265,7 +267,7 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None) -> Choice:
                     time.perf_counter() - t0)
     n_tried = max(1, len(tried))
     choice.why = (f"{choice.describe()}; least predicted time of {n_tried} chunking(s) tried"
-                  + (f" ({min(FINALISTS, n_tried)} best planned again in full)" if final is not None else "")
+                  + (" (the closest planned again in full)" if final is not None else "")
                   if len(tried) > 1 else choice.describe())
     return choice
 
