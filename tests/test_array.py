@@ -357,3 +357,38 @@ def test_dask_chunks_are_kept_when_they_are_good():
     rel, plan = td.from_array(dx).sum(axis=1).to_relation(sites=2)
     assert "(kept)" in plan.stage("chunking").note
     _check(td.to_numpy(rel), x.sum(1))
+
+
+def test_fuzz_findings_stay_fixed():
+    """Cases a fuzzing campaign against numpy found (values, dtypes, errors)."""
+    B = np.array([[True, True, False], [False, True, False]])
+    # numpy counts booleans once any operand is numeric: no partial sum may be a logical or
+    _check(td.to_numpy(td.einsum("a,bc->ab", np.ones(1), B)), np.einsum("a,bc->ab", np.ones(1), B))
+    B2, w = np.array([[True, True, True], [True, False, True]]), np.array([1, 10])
+    for sites in (1, 3):
+        rel, _ = td.einsum("ij,ij,i->i", B2, B2, w).to_relation(sites=sites)
+        _check(td.to_numpy(rel), np.einsum("ij,ij,i->i", B2, B2, w))
+    # argmin/argmax: the first NaN wins, across chunks too
+    for x in (np.array([1.0, np.nan, 0.0, 5.0]), np.array([3.0, np.nan, np.nan])):
+        for ch in (1, 2):
+            assert int(td.to_numpy(td.from_array(x, chunks=ch).argmin())) == int(np.argmin(x))
+            assert int(td.to_numpy(td.from_array(x, chunks=ch).argmax())) == int(np.argmax(x))
+    b = np.array([True, False, True])
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(td.to_numpy(td.from_array(b) / td.from_array(b)), b / b)
+    a32 = np.array([1.0, -2.0], np.float32)
+    for x, want in [(td.from_array(a32) + np.int64(1), a32 + np.int64(1)),
+                    (td.from_array(a32) * np.float64(-0.5), a32 * np.float64(-0.5)),
+                    (np.maximum(td.from_array(a32), np.float64(0)), np.maximum(a32, np.float64(0))),
+                    (td.from_array(np.array([True, False])).sum(axis=()), np.array([True, False]).sum(axis=())),
+                    (np.abs(td.from_array(b)), np.abs(b))]:
+        assert x.dtype == want.dtype
+        _check(td.to_numpy(x), want)
+    irregular = da.from_array(np.arange(20.0).reshape(5, 4), chunks=((2, 3), (4,)))
+    _check(td.to_numpy(td.from_array(irregular) * 2), np.arange(20.0).reshape(5, 4) * 2)
+    with pytest.raises(ValueError, match=r"out of range"):
+        td.from_array(a).transpose(2, 1)
+    with pytest.raises(ValueError, match=r"axis 3 is out of range for the first operand"):
+        td.tensordot(a, a.T, axes=([3], [0]))
+    with pytest.raises(ValueError, match=r"repeat an axis"):
+        td.tensordot(a, a, axes=([0, 0], [0, 1]))

@@ -366,7 +366,7 @@ def _max(a, b): return array_module(a, b).maximum(a, b)
 _binary_elementwise("add", _add, associative=True, commutative=True, identity=0.0)
 _binary_elementwise("sub", _sub)
 _binary_elementwise("mul", _mul, associative=True, commutative=True, identity=1.0)
-_binary_elementwise("div", _div, dtype=_promote_float)
+_binary_elementwise("div", _div, dtype=lambda a, b: np.true_divide(np.ones(1, a), np.ones(1, b)).dtype)
 _binary_elementwise("min", _min, associative=True, commutative=True, identity=float("inf"))
 _binary_elementwise("max", _max, associative=True, commutative=True, identity=float("-inf"))
 
@@ -481,7 +481,7 @@ _unary("exp", _exp, dtype=_promote_float, distributes_over=_MONOTONE, elementwis
 _unary("log", _log, dtype=_promote_float, distributes_over=_MONOTONE, elementwise=True)
 _unary("sqrt", _sqrt, dtype=_promote_float, distributes_over=_MONOTONE, elementwise=True)
 _unary("tanh", _tanh, dtype=_promote_float, distributes_over=_MONOTONE, elementwise=True)
-_unary("abs", _abs, dtype=_no_bool, elementwise=True)
+_unary("abs", _abs, elementwise=True)
 _unary("neg", _neg, dtype=_no_bool, distributes_over=_LINEAR, elementwise=True)
 _unary("transpose", _transpose, shape=lambda s: _square_2d(s)[::-1],
        distributes_over=_LINEAR | {"mul", "div"} | _MONOTONE, flops=lambda s: 0)

@@ -80,6 +80,7 @@ def from_array(x, chunks=None, name: str | None = None) -> "Array":
         from ..types import normalize_chunks
 
         fixed = normalize_chunks(chunks, shape, where=f"from_array {name or ''}".rstrip()) if shape else ()
+        fixed = tuple(min(int(b), n) for b, n in zip(fixed, shape))  # a block is at most the extent
     label = name or f"array[{'x'.join(map(str, shape)) or 'scalar'} {x.dtype}]"
     return Array(Leaf(shape, np.dtype(x.dtype), data=x, kind="numpy", chunks=fixed, name=label))
 
@@ -233,7 +234,7 @@ class Array:
         axes = self._axes(axis, f"td.Array.{op}")
         shape = tuple(1 if a in axes else n for a, n in enumerate(self.shape) if keepdims or a not in axes)
         dtype = getattr(np, op)(np.ones((1,) * max(self.ndim, 1), self.dtype)).dtype
-        if not axes:
+        if not axes and dtype == self.dtype:
             return self
         return Array(Reduce(shape, dtype, inputs=(self._node,), op=op, axes=axes, keepdims=bool(keepdims)))
 
@@ -275,6 +276,9 @@ class Array:
     def transpose(self, *axes):
         if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
             axes = axes[0]
+        if axes and any(not isinstance(a, (int, np.integer)) or not -self.ndim <= a < self.ndim for a in axes):
+            raise ValueError(f"td.Array.transpose: axes {axes!r} out of range for an array of rank {self.ndim}; "
+                             f"valid axes: {-self.ndim}..{self.ndim - 1}")
         perm = tuple(range(self.ndim))[::-1] if not axes else tuple(int(a) % max(self.ndim, 1) for a in axes)
         if sorted(perm) != list(range(self.ndim)):
             raise ValueError(f"td.Array.transpose: axes {axes!r} are not a permutation of 0..{self.ndim - 1}")
@@ -334,7 +338,7 @@ class Array:
         if ufunc in _BINARY_UFUNCS:
             op = _BINARY_UFUNCS[ufunc]
             a, b = inputs
-            if op == "max" and isinstance(a, Array) and _is_scalar(b) and b == 0 and a.dtype.kind == "f":
+            if op == "max" and isinstance(a, Array) and type(b) in (int, float) and b == 0 and a.dtype.kind == "f":
                 return a._unary("relu")
             if isinstance(a, Array):
                 return a._binary(b, op)
@@ -463,6 +467,13 @@ def tensordot(a, b, axes=2) -> Array:
         xb = [xb] if isinstance(xb, (int, np.integer)) else list(xb)
         if len(xa) != len(xb):
             raise ValueError(f"tensordot: {len(xa)} axes of the first operand but {len(xb)} of the second")
+        for which, ax, arr in (("first", xa, a), ("second", xb, b)):
+            bad = [x for x in ax if not -arr.ndim <= x < arr.ndim]
+            if bad:
+                raise ValueError(f"tensordot: axis {bad[0]} is out of range for the {which} operand (rank "
+                                 f"{arr.ndim}); valid axes: {-arr.ndim}..{arr.ndim - 1}")
+            if len({x % arr.ndim for x in ax}) != len(ax):
+                raise ValueError(f"tensordot: the axes {list(ax)} of the {which} operand repeat an axis")
         xa, xb = [x % a.ndim for x in xa], [x % b.ndim for x in xb]
     letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
     la = [next(letters) for _ in range(a.ndim)]

@@ -103,15 +103,23 @@ class Builder:
         lonely = [c for c in sub if c not in others]
         if lonely and len(node.subs) > 1:
             kept = "".join(c for c in sub if c in others)
-            rel = L.aggregate(L.transform(rel, ops.einsum_kernel(f"{sub}->{kept}")),
+            rel = L.aggregate(L.transform(rel, ops.einsum_kernel(f"{sub}->{kept}", self._dtype(node, rel))),
                               tuple(sub.index(c) for c in kept), "add")
             sub = kept
         return rel, sub
 
+    @staticmethod
+    def _dtype(node: Einsum, *rels):
+        """The dtype this einsum's partial sums run in: None (the kernels' own
+        promotion) when every input already has the result's dtype."""
+        if all(r.type.dtype == node.dtype for r in rels):
+            return None
+        return np.dtype(node.dtype).str
+
     def _einsum(self, node: Einsum):
         terms = [self._operand(node, i) for i in range(len(node.subs))]
         if len(terms) == 1:
-            return self._unary_einsum(*terms[0], node.out)
+            return self._unary_einsum(*terms[0], node.out, self._dtype(node, terms[0][0]))
         path = self.paths.get(node)
         if path is None:
             from .einsum import contraction_paths
@@ -127,26 +135,28 @@ class Builder:
             else:
                 need = set(node.out).union(*(set(s) for _, s in rest))
                 keep = "".join(c for c in dict.fromkeys(xs + ys) if c in need)
-            terms = rest + [(self._contract(x, xs, y, ys, keep), keep)]
+            terms = rest + [(self._contract(x, xs, y, ys, keep, self._dtype(node, x, y)), keep)]
         (rel, sub), = terms
-        return self._unary_einsum(rel, sub, node.out)
+        return self._unary_einsum(rel, sub, node.out, self._dtype(node, rel))
 
-    def _unary_einsum(self, rel, sub: str, out: str):
-        if sub == out:
+    def _unary_einsum(self, rel, sub: str, out: str, dtype=None):
+        if sub == out and dtype is None:
             return rel
         summed = [c for c in sub if c not in out]
-        if summed:
-            rel = L.transform(rel, ops.einsum_kernel(f"{sub}->{out}"))
+        if summed or dtype is not None:
+            rel = L.transform(rel, ops.einsum_kernel(f"{sub}->{out}", dtype))
+            if not summed:
+                return rel
             return L.aggregate(rel, tuple(sub.index(c) for c in out), "add")
         perm = tuple(sub.index(c) for c in out)
         return L.rekey(L.transform(rel, ops.permute_kernel(perm)), project(*perm))
 
-    def _contract(self, x, xs: str, y, ys: str, out: str):
+    def _contract(self, x, xs: str, y, ys: str, out: str, dtype=None):
         shared = [c for c in xs if c in ys]
         rest_y = [c for c in ys if c not in shared]
         joined = xs + "".join(rest_y)
-        name = _MATMUL.get(_canon(xs, ys, out))
-        kern = name or ops.einsum_kernel(f"{xs},{ys}->{out}")
+        name = _MATMUL.get(_canon(xs, ys, out)) if dtype is None else None
+        kern = name or ops.einsum_kernel(f"{xs},{ys}->{out}", dtype)
         j = L.join(x, y, tuple(xs.index(c) for c in shared), tuple(ys.index(c) for c in shared), kern)
         if any(c not in out for c in joined):
             return L.aggregate(j, tuple(joined.index(c) for c in out), "add")
@@ -186,7 +196,7 @@ class Builder:
 
     def _scalarop(self, node: ScalarOp):
         x = self(node.inputs[0])
-        if node.op == "mul" and not node.reflected and isinstance(node.value, float) and x.type.dtype.kind == "f":
+        if node.op == "mul" and not node.reflected and type(node.value) is float and x.type.dtype.kind == "f":
             from ..kernels import scale
 
             if np.result_type(x.type.dtype, 1.0) == x.type.dtype:
@@ -199,10 +209,10 @@ class Builder:
     # -- reductions ---------------------------------------------------------
     def _reduce(self, node: Reduce):
         x = node.inputs[0]
-        rel = self(x)
+        rel = L.transform(self(x), ops.reduce_kernel(node.op, node.axes))  # (no axes: numpy's dtype rule)
         if node.axes:
             kept = [a for a in range(x.ndim) if a not in node.axes]
-            rel = L.aggregate(L.transform(rel, ops.reduce_kernel(node.op, node.axes)), tuple(kept), _FOLD[node.op])
+            rel = L.aggregate(rel, tuple(kept), _FOLD[node.op])
         if node.keepdims and node.axes:
             rel = L.transform(rel, ops.expand_kernel(node.axes, x.ndim))
             it = iter(range(x.ndim - len(node.axes)))

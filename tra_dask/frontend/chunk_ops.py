@@ -42,9 +42,10 @@ def _contiguous(xp, x):
 
 
 def _einsum(*args):
-    *chunks, sub = args
+    *chunks, sub, dtype = args
     xp = array_module(*chunks)
-    return _contiguous(xp, xp.einsum(sub, *chunks, optimize=len(chunks) > 1))
+    kw = {} if dtype is None else {"dtype": dtype}
+    return _contiguous(xp, xp.einsum(sub, *chunks, optimize=len(chunks) > 1, **kw))
 
 
 def _einsum_shape(sub: str):
@@ -69,10 +70,13 @@ def _einsum_shape(sub: str):
 
 
 @lru_cache(maxsize=None)
-def einsum_kernel(sub: str) -> Kernel:
-    """``numpy.einsum(sub, *chunks)`` (BLAS through ``optimize=True`` for pairs).
-    Named ``tensordot`` when two operands share a summed index (a matrix-product
-    kernel for the time model), else ``einsum``."""
+def einsum_kernel(sub: str, dtype: str | None = None) -> Kernel:
+    """``numpy.einsum(sub, *chunks, dtype=dtype)`` (BLAS through ``optimize=True``
+    for pairs).  ``dtype``: compute in it (the whole einsum's result type: numpy
+    sums booleans as counts once any operand is numeric, so a partial sum of two
+    boolean operands must not be a logical or).  Named ``tensordot`` when two
+    operands share a summed index (a matrix-product kernel for the time model),
+    else ``einsum``."""
     ins, out = sub.split("->")
     ins = ins.split(",")
     if not all(set(s) <= set("".join(ins)) for s in [out]):
@@ -80,7 +84,8 @@ def einsum_kernel(sub: str) -> Kernel:
     shape, flops = _einsum_shape(sub)
     summed_shared = len(ins) == 2 and bool((set(ins[0]) & set(ins[1])) - set(out))
     name = "tensordot" if summed_shared else "einsum"
-    return Kernel(name, _einsum, len(ins), shape, flops=flops, params=(sub,))
+    rule = (lambda *d: np.result_type(*d)) if dtype is None else (lambda *d: np.dtype(dtype))
+    return Kernel(name, _einsum, len(ins), shape, dtype=rule, flops=flops, params=(sub, dtype))
 
 
 # ---------------------------------------------------------------------------
@@ -208,7 +213,6 @@ def _scalar_op(x, op, c, reflected):
 def scalar_kernel(op: str, c, reflected: bool = False) -> Kernel:
     """``x op c`` (or ``c op x``) with a Python/numpy scalar ``c``; the dtype follows
     numpy's rules for a scalar operand."""
-    c = c.item() if isinstance(c, np.generic) and not isinstance(c, np.floating) else c
 
     def dtype(d):
         one = np.ones(1, d)
@@ -293,7 +297,11 @@ def argpair_kernel(op: str, axis: int) -> Kernel:
 def _pairfold(a, b, op):
     xp = array_module(a, b)
     better = (a[0] < b[0]) if op == "min" else (a[0] > b[0])
-    take_a = better | ((a[0] == b[0]) & (a[1] <= b[1]))
+    first = a[1] <= b[1]
+    take_a = better | ((a[0] == b[0]) & first)
+    if a.dtype.kind == "f":  # numpy: the first NaN wins
+        na, nb = xp.isnan(a[0]), xp.isnan(b[0])
+        take_a = xp.where(na | nb, na & (~nb | first), take_a)
     return xp.where(take_a[None], a, b)
 
 

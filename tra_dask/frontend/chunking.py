@@ -63,6 +63,8 @@ class AxisClasses:
         for n in self.nodes:
             if isinstance(n, Leaf) and n.chunks is not None:
                 for a, b in enumerate(n.chunks):
+                    if b is None:  # irregular dask chunks along this axis: not a candidate (re-chunked)
+                        continue
                     ci = self.of[(n, a)]
                     self.fixed[ci].setdefault(b, []).append(n.name)
                     if n.kind in ("relation", "numpy"):  # the user (or the relation) fixed them
