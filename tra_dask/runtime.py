@@ -504,11 +504,7 @@ class RelationFutures(Mapping):
                 f"{self.label}: to_dask_array needs a continuous grid with key arity == chunk rank, "
                 f"got arity {t.arity}, rank {t.rank}"
             )
-        shapes = t.chunk_shapes()
-        chunks = tuple(
-            tuple(shapes[tuple(v if j == d else 0 for j in range(t.arity))][d] for v in range(t.frontier[d]))
-            for d in range(t.arity)
-        )
+        chunks = t.grid_extents()
         name = f"tra-array-{self.token}-{uuid.uuid4().hex[:6]}"
         layer = {(name,) + k: f for k, f in self._futures.items()}
         graph = HighLevelGraph.from_collections(name, layer, dependencies=())

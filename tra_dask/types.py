@@ -518,6 +518,16 @@ class RelationType:
         """``{key: chunk shape}`` for every key."""
         return {tuple(k): self.shapes[i] for k, i in zip(self.keys.tolist(), self.shape_ids.tolist())}
 
+    def grid_extents(self) -> tuple:
+        """Per key dim ``d``, the extent along array dim ``d`` of the chunks with key
+        value ``0..frontier[d]-1`` there (read on the keys that are 0 elsewhere): a
+        chunk grid's dask-style chunks.  For a continuous grid with arity <= rank."""
+        shapes = self.chunk_shapes()
+        return tuple(
+            tuple(int(shapes[tuple(v if j == d else 0 for j in range(self.arity))][d]) for v in range(self.frontier[d]))
+            for d in range(self.arity)
+        )
+
     def _index(self):
         """The keys' mixed-radix codes (bases: the frontier) with the permutation that
         sorts them — or ``None`` when they do not fit in 62 bits."""

@@ -17,6 +17,7 @@ import numbers
 
 import numpy as np
 
+from .chunk_ops import BINARY_OPS
 from .einsum import parse
 from .nodes import ArgReduce, Einsum, Elementwise, Leaf, Permute, Reduce, ScalarOp, Slice, Take, Unary
 
@@ -93,9 +94,7 @@ def _relation_leaf(rel, name):
             f"{where}: a relation is an array when its keys form one tensor's chunk grid (key arity == "
             f"chunk rank, no holes); this one has key arity {t.arity}, chunk rank {t.rank}"
         )
-    shapes = t.chunk_shapes()
-    extents = [[shapes[tuple(v if j == d else 0 for j in range(t.arity))][d] for v in range(t.frontier[d])]
-               for d in range(t.arity)]
+    extents = t.grid_extents()
     shape = tuple(int(sum(e)) for e in extents)
     chunks = tuple(int(e[0]) for e in extents)
     for d, e in enumerate(extents):
@@ -184,7 +183,7 @@ class Array:
         except ValueError:
             raise ValueError(f"{where}: shapes {a.shape} and {b.shape} do not broadcast together "
                              f"(numpy rules: aligned from the right, equal or 1)") from None
-        dtype = getattr(np, BINARY_NP[op])(np.ones(1, a.dtype), np.ones(1, b.dtype)).dtype
+        dtype = BINARY_OPS[op](np.ones(1, a.dtype), np.ones(1, b.dtype)).dtype
         return Array(Elementwise(shape, dtype, inputs=(a._node, b._node), op=op))
 
     def __add__(self, o): return self._binary(o, "add")
@@ -380,14 +379,10 @@ class Array:
         return _run.submit(self, client=client, sites=sites, **kw).to_dask_array()
 
 
-BINARY_NP = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "true_divide", "max": "maximum",
-             "min": "minimum", "pow": "power", "gt": "greater", "ge": "greater_equal", "lt": "less",
-             "le": "less_equal"}
-
 
 def _scalar_node(x, op, c, reflected):
     one = np.ones(1, x.dtype)
-    f = getattr(np, BINARY_NP[op])
+    f = BINARY_OPS[op]
     dtype = (f(c, one) if reflected else f(one, c)).dtype
     return ScalarOp(x.shape, dtype, inputs=(x,), op=op, value=c, reflected=bool(reflected))
 

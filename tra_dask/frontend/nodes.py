@@ -20,6 +20,17 @@ __all__ = ["ANode", "Leaf", "Einsum", "Elementwise", "ScalarOp", "Unary", "Reduc
            "Permute", "Slice", "Take"]
 
 
+def _same_axes(ndim: int) -> list:
+    """Links of a node whose output axis ``a`` is its input's axis ``a``."""
+    return [(0, a, a) for a in range(ndim)]
+
+
+def _without(ndim_in: int, dropped) -> list:
+    """Links of a node whose output keeps its input's axes but ``dropped``, in order."""
+    kept = [a for a in range(ndim_in) if a not in dropped]
+    return [(0, a, o) for o, a in enumerate(kept)]
+
+
 @dataclass(frozen=True, eq=False)
 class ANode:
     shape: tuple
@@ -124,7 +135,7 @@ class ScalarOp(ANode):
     reflected: bool = False
 
     def links(self):
-        return [(0, a, a) for a in range(self.ndim)]
+        return _same_axes(self.ndim)
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,7 +146,7 @@ class Unary(ANode):
     kernel: str = "identity"
 
     def links(self):
-        return [(0, a, a) for a in range(self.ndim)]
+        return _same_axes(self.ndim)
 
 
 @dataclass(frozen=True, eq=False)
@@ -149,10 +160,9 @@ class Reduce(ANode):
 
     def links(self):
         x = self.inputs[0]
-        kept = [a for a in range(x.ndim) if a not in self.axes]
         if self.keepdims:
-            return [(0, a, a) for a in kept]
-        return [(0, a, o) for o, a in enumerate(kept)]
+            return [(0, a, a) for a in range(x.ndim) if a not in self.axes]
+        return _without(x.ndim, self.axes)
 
 
 @dataclass(frozen=True, eq=False)
@@ -164,8 +174,7 @@ class ArgReduce(ANode):
     axis: int = 0
 
     def links(self):
-        kept = [a for a in range(self.inputs[0].ndim) if a != self.axis]
-        return [(0, a, o) for o, a in enumerate(kept)]
+        return _without(self.inputs[0].ndim, (self.axis,))
 
 
 @dataclass(frozen=True, eq=False)
@@ -188,7 +197,7 @@ class Slice(ANode):
     bounds: tuple = ()  # ((start, stop), ...) per axis
 
     def links(self):
-        return [(0, a, a) for a in range(self.ndim)]
+        return _same_axes(self.ndim)
 
 
 @dataclass(frozen=True, eq=False)
@@ -200,5 +209,4 @@ class Take(ANode):
     index: int = 0
 
     def links(self):
-        kept = [a for a in range(self.inputs[0].ndim) if a != self.axis]
-        return [(0, a, o) for o, a in enumerate(kept)]
+        return _without(self.inputs[0].ndim, (self.axis,))
