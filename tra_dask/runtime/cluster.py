@@ -1,0 +1,182 @@
+"""Clusters: the embedded LocalCluster, the client to use, the live worker list,
+waiting on futures with a check for workers that left."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+
+import dask
+from distributed import Client, Future, LocalCluster
+
+from ..dashboard import TraScheduler
+
+# Measured facts (ARCHITECTURE §5): the transfer log must not wrap during a submission,
+# and tasks pinned to a worker that died must error rather than wait forever.
+_CONFIG = {
+    "distributed.admin.low-level-log-length": 1_000_000,
+    "distributed.scheduler.no-workers-timeout": "10s",
+    # The Active Memory Manager drops "extra" replicas; it may drop the copy that a
+    # pinned task on that worker will read later, which then travels again.
+    "distributed.scheduler.active-memory-manager.start": False,
+}
+
+# ---------------------------------------------------------------------------
+# the embedded cluster
+
+_EMBEDDED: dict = {}
+_LOCK = threading.Lock()
+
+
+def embedded_client(n_workers: int) -> Client:
+    """A client of this process's embedded LocalCluster with ``n_workers`` workers
+    (started on first use, restarted if another size is asked for, closed at exit)."""
+    with _LOCK:
+        c = _EMBEDDED.get("client")
+        if c is not None and _EMBEDDED.get("n") == n_workers and c.status == "running":
+            return c
+        _close_embedded()
+        with dask.config.set(_CONFIG):
+            cluster = LocalCluster(
+                n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
+            )
+            client = Client(cluster, set_as_default=False)
+        _EMBEDDED.update(cluster=cluster, client=client, n=n_workers)
+        return client
+
+
+def _close_embedded() -> None:
+    client, cluster = _EMBEDDED.pop("client", None), _EMBEDDED.pop("cluster", None)
+    _EMBEDDED.pop("n", None)
+    if client is not None:
+        try:  # let short work finish, then stop the rest, so workers are not cut off mid-transfer
+            pending = [Future(k, client) for k, st in list(client.futures.items()) if not st.done()]
+            try:
+                _wait_done(pending, client, timeout=5)
+            except TimeoutError:
+                client.cancel(pending, force=True)
+                client.run(lambda: None)  # a round trip: the cancellations have reached the workers
+        except Exception:
+            pass
+        client.close()
+    if cluster is not None:
+        cluster.close()
+
+
+try:  # close before the interpreter's thread pools shut down (plain atexit runs after)
+    threading._register_atexit(_close_embedded)
+except Exception:  # pragma: no cover - other interpreters
+    atexit.register(_close_embedded)
+
+
+# ---------------------------------------------------------------------------
+# task records on the scheduler
+
+
+def _ensure_recorder(client: Client) -> bool:
+    """Register the tra_dask scheduler plugin (task records and the dashboard page)."""
+    try:
+        client.register_plugin(TraScheduler())
+        return True
+    except Exception:  # a scheduler that cannot import tra_dask: no records, nothing else lost
+        return False
+
+
+# ---------------------------------------------------------------------------
+
+
+def workers_info(client: Client) -> dict:
+    """``{address: info}`` of every worker, asked of the scheduler now.
+    ``client.scheduler_info()`` returns the client's cached identity, which its own
+    periodic refresh (asking for no workers) may overwrite between the fetch and the
+    read: an empty worker list on a healthy cluster, now and then."""
+    return dict(client.sync(client.scheduler.identity, n_workers=-1).get("workers", {}))
+
+
+def _check_client(client: Client) -> None:
+    if client.status != "running":
+        raise RuntimeError(f"the Dask client is {client.status}; connect a running client (or pass client=None)")
+
+
+def _workers(client: Client, sites) -> list[str]:
+    _check_client(client)
+    available = sorted(workers_info(client))
+    if not available:
+        raise RuntimeError("the cluster has no workers")
+    if sites is None:
+        return available
+    if isinstance(sites, int) and not isinstance(sites, bool):
+        if sites < 1:
+            raise ValueError(f"sites must be >= 1, got {sites}")
+        if sites > len(available):
+            raise ValueError(
+                f"asked for {sites} sites but the cluster has {len(available)} worker(s) "
+                f"({', '.join(available)}); one site runs on one worker"
+            )
+        return available[:sites]
+    chosen = list(sites)
+    missing = [w for w in chosen if w not in available]
+    if missing:
+        raise ValueError(f"sites {missing} are not workers of this cluster; workers: {available}")
+    return chosen
+
+
+def _resolve(client, sites):
+    if client is None:
+        n = sites if isinstance(sites, int) else (len(sites) if sites else (os.cpu_count() or 2))
+        client = embedded_client(n)
+        sites = None
+    return client, _workers(client, sites)
+
+
+def _who_has(client: Client, keys: list) -> dict:
+    """``{key: [worker, ...]}`` from the scheduler's own records."""
+
+    def ask(dask_scheduler, keys=keys):
+        tasks = dask_scheduler.tasks
+        return {k: sorted(ws.address for ws in tasks[k].who_has) for k in keys if k in tasks and tasks[k].who_has}
+
+    return client.run_on_scheduler(ask)
+
+
+def _wait_done(futures, client: Client | None = None, pinned=(), timeout: float | None = None) -> None:
+    """Poll until every future is done (``distributed.wait`` needs a default client,
+    which an embedded cluster is not).  With ``pinned`` workers, fail fast if one of
+    them leaves the cluster: tasks pinned to it could never run."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pending, last_check, missing = list(futures), 0.0, set()
+    while pending:
+        pending = [f for f in pending if not f.done()]
+        if not pending:
+            return
+        now = time.monotonic()
+        if pinned and now - last_check > 0.5:
+            last_check = now
+            # gone in two checks in a row (0.5 s apart): one answer without a worker
+            # has been seen while the cluster was busy and every worker was alive
+            now_missing = set(pinned) - set(workers_info(client))
+            gone, missing = now_missing & missing, now_missing
+            if gone:
+                sites = sorted(list(pinned).index(w) for w in gone)
+                raise RuntimeError(
+                    f"worker(s) {sorted(gone)} (site(s) {sites}) left the cluster; tasks of this plan "
+                    f"are pinned to them and cannot run (re-submit on the remaining workers)"
+                )
+        if deadline is not None and now > deadline:
+            raise TimeoutError(f"{len(pending)} of {len(futures)} chunks not done after {timeout} s")
+        time.sleep(0.02)
+
+
+class _FetchFromCluster:
+    """Fetches a chunk by key for the reference evaluator."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def __call__(self, key):
+        return Future(key, self.client).result()
+

@@ -1,0 +1,109 @@
+"""Data already on the cluster: where it lives (fixed placements for the planner),
+checks that it is still there, and dask arrays as TRA sources."""
+
+from __future__ import annotations
+
+import numpy as np
+from distributed import Client
+
+from ..logical import ClusterSource, flatten_outputs
+from ..logical.nodes import toposort
+from ..optimizer import Plan
+from ..physical import KeySites
+from ..types import RelationType
+from .cluster import _FetchFromCluster, _check_client, _wait_done, _who_has
+
+def _keeper_futures(src: ClusterSource) -> list:
+    from .futures import RelationFutures
+
+    keeper = src.keeper
+    if isinstance(keeper, RelationFutures):
+        return list(keeper.values())
+    if isinstance(keeper, tuple):  # from_dask_array: (array, futures)
+        return list(keeper[1])
+    return []
+
+
+def _check_cluster_source(src: ClusterSource, client: Client) -> None:
+    """Data of another cluster, or data that is gone, cannot be an input here."""
+    for f in _keeper_futures(src):
+        if f.client is not client and getattr(f.client, "scheduler", None) is not getattr(client, "scheduler", None):
+            raise ValueError(
+                f"{src.name} lives on another Dask client/cluster ({f.client}); submit it with that "
+                f"client, or gather it and use td.from_numpy"
+            )
+        if f.status in ("cancelled", "lost", "error"):
+            raise RuntimeError(
+                f"{src.name}: chunk key {f.key!r} is {f.status} (its cluster was restarted or closed?); "
+                f"re-submit the expression that made it"
+            )
+
+
+def _cluster_placements(expr, client: Client, workers: list[str]) -> dict:
+    """Fixed placements of cluster-resident sources: where their data is."""
+    sources = [n for n in toposort(flatten_outputs(expr)[0]) if isinstance(n, ClusterSource)]
+    out = {}
+    for src in sources:
+        _check_cluster_source(src, client)
+        keys = [k for _, k in src.dask_keys]
+        who = _who_has(client, keys)
+        if len(who) < len(keys):  # still being computed: wait for them, then ask again
+            _wait_done([f for f in _keeper_futures(src) if f.key not in who], client, timeout=300)
+            who = _who_has(client, keys)
+        items = []
+        for tra_key, dk in src.dask_keys:
+            holders = [w for w in who.get(dk, ()) if w in workers]
+            if not holders and not who.get(dk):
+                raise RuntimeError(f"{src.name}: the chunk {tra_key} (key {dk!r}) is not on the cluster any more")
+            # data on a worker outside the chosen sites is fetched by the site that needs it
+            items.append((tra_key, workers.index(holders[0]) if holders else 0))
+        out[src] = KeySites(tuple(items), len(workers))
+    return out
+
+
+def _check_plan_sources(plan: Plan, client: Client, workers: list[str]) -> None:
+    """A hand-made plan must place cluster-resident data on a worker that holds it."""
+    from ..physical import PSource
+
+    nodes = [n for n in plan.nodes if isinstance(n, PSource) and isinstance(n.source, ClusterSource)]
+    for node in nodes:
+        src = node.source
+        _check_cluster_source(src, client)
+        who = _who_has(client, [k for _, k in src.dask_keys])
+        holders = {tk: {workers.index(w) for w in who.get(dk, ()) if w in workers} for tk, dk in src.dask_keys}
+        for site, keys in enumerate(node.layout.site_keys(node.type)):
+            for k in keys:
+                if holders[k] and site not in holders[k]:
+                    raise ValueError(
+                        f"the plan places {src.name} chunk {k} on site {site}, but it lives on site(s) "
+                        f"{sorted(holders[k])}; plan it with td.submit(expr) or td.plan_for(expr, client)"
+                    )
+
+
+def from_dask_array(x, name: str | None = None, client: Client | None = None) -> ClusterSource:
+    """A tensor relation over a dask array's blocks, where they already are.
+
+    The array is persisted on ``client`` (default: the current client) if it is
+    not already; its blocks never pass through this process, and the plan sees
+    where each block lives (a fixed placement).
+    """
+    from distributed import default_client, futures_of
+
+    client = client or default_client()
+    _check_client(client)
+    block_keys = {(x.name,) + idx for idx in np.ndindex(*x.numblocks)}
+    if not block_keys <= {f.key for f in futures_of(x)}:
+        x = client.persist(x)
+    futs = {f.key: f for f in futures_of(x) if f.key in block_keys}
+    keys = {}
+    for idx in np.ndindex(*x.numblocks):
+        dk = (x.name,) + idx
+        if dk not in futs:
+            raise ValueError(f"from_dask_array: block {idx} is not backed by a future; persist the array first")
+        keys[tuple(int(i) for i in idx)] = dk
+    shapes = np.array([[x.chunks[d][i] for d, i in enumerate(idx)] for idx in keys], dtype=np.int64)
+    table, ids = np.unique(shapes, axis=0, return_inverse=True)
+    t = RelationType(np.array(list(keys), dtype=np.int64).reshape(len(keys), x.ndim), ids.reshape(-1),
+                     [tuple(r) for r in table.tolist()], x.dtype)
+    return ClusterSource(tuple(sorted(keys.items())), t, name or f"dask-array[{x.name[:24]}]",
+                         _FetchFromCluster(client), keeper=(x, list(futs.values())))

@@ -1,0 +1,173 @@
+"""Plan, lower, send: ``plan_for``, ``submit``, ``compute``."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from distributed import Client, Future
+
+from ..dashboard import _add_plan
+from ..logical import ClusterSource, Relation
+from ..logical.nodes import toposort
+from ..lowering import Lowered, lower
+from ..optimizer import Plan, compile
+from ..optimizer import optimize as _optimize
+from .cluster import _ensure_recorder, _resolve, workers_info
+from .futures import RelationFutures
+from .resident import _check_plan_sources, _cluster_placements
+
+def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool = True,
+             memory_limit: float | None = None, cost_model: str = "exact", objective=None,
+             calibrate: bool = True, beam: int | None = None, budget: int | None = None) -> Plan:
+    """The plan :func:`submit` would run for ``expr`` on ``client``'s workers (with the
+    fixed placements of data already on the cluster), without running it.
+
+    With ``objective="time"`` the plan is chosen for this cluster: it is measured once
+    (:func:`tra_dask.calibrate`, 1-3 s) and the spec cached per cluster;
+    ``calibrate=False`` uses the default :class:`~tra_dask.ClusterSpec` instead.
+    ``beam``, ``budget``: the search's width and length (see :func:`tra_dask.optimize`)."""
+    client, workers = _resolve(client, sites)
+    if not isinstance(expr, (Relation, tuple, list, dict)) and hasattr(expr, "__tra_relation__"):
+        expr = expr.__tra_relation__()
+    placements = _cluster_placements(expr, client, workers) or None
+    if not optimize:
+        return compile(expr, sites=len(workers), placements=placements, cost_model=cost_model)
+    if memory_limit is None:
+        memory_limit = _workers_memory_limit(client, workers)
+    cluster = None
+    if objective == "time":
+        from ..calibration import cluster_spec
+
+        cluster = cluster_spec(client, calibrate_=calibrate).with_sites(len(workers))
+    search = {k: v for k, v in (("beam", beam), ("budget", budget)) if v is not None}
+    return _optimize(expr, sites=len(workers), placements=placements, memory_limit=memory_limit,
+                     cost_model=cost_model, objective=objective, cluster=cluster, **search)
+
+
+def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: bool = True,
+           memory_limit: float | None = None, cost_model: str = "exact", objective=None, calibrate: bool = True):
+    """Run a TRA expression (or a Plan) on a Dask cluster; futures back.
+
+    Parameters
+    ----------
+    expr_or_plan : Relation, tuple/dict of relations, or Plan
+    client : distributed.Client, optional
+        Default: an embedded LocalCluster on 127.0.0.1 with one worker per site.
+    sites : int or list of worker addresses, optional
+        How many (or which) workers are the plan's sites; default all.
+    optimize : bool
+        Search for the cheapest plan (default); False runs the paper's compiled plan.
+    memory_limit : bytes per site, optional
+        Default: the smallest memory limit of the chosen workers (if they have one).
+    objective : "bytes" (default), "time" or an Objective
+        What the optimizer minimises (see :func:`tra_dask.optimize`).
+    calibrate : bool
+        For the time objective: measure the cluster once (cached) rather than use
+        the default :class:`~tra_dask.ClusterSpec`.
+
+    Returns
+    -------
+    RelationFutures, or a tuple/dict of them for several outputs.
+    """
+    client, workers = _resolve(client, sites)
+    if isinstance(expr_or_plan, Plan):
+        plan = expr_or_plan
+        if plan.sites != len(workers):
+            raise ValueError(f"the plan is for {plan.sites} sites but {len(workers)} workers were chosen")
+        _check_plan_sources(plan, client, workers)
+    else:
+        plan = plan_for(expr_or_plan, client, workers, optimize=optimize, memory_limit=memory_limit,
+                        cost_model=cost_model, objective=objective, calibrate=calibrate)
+    return _run(plan, client, workers)
+
+
+def _workers_memory_limit(client: Client, workers: list[str]) -> float | None:
+    info = workers_info(client)
+    limits = [info[w].get("memory_limit") or 0 for w in workers if w in info]
+    limits = [x for x in limits if x > 0]
+    return float(min(limits)) if limits else None
+
+
+def _run(plan: Plan, client: Client, workers: list[str]):
+    token = uuid.uuid4().hex[:10]
+    lowered = lower(plan, workers, token)
+    recorded = _ensure_recorder(client)
+    if recorded:
+        _publish(plan, lowered, client)
+    started = time.time()
+    keepalive: dict = {}
+    for w, data in lowered.scatter.items():
+        keepalive.update(client.scatter(data, workers=[w]))
+    for node in toposort(plan.outputs):  # cluster-resident sources stay alive while we run
+        src = getattr(node, "source", None)
+        if isinstance(src, ClusterSource):
+            keepalive[src.name] = src.keeper
+    in_graph = lowered.graph_keys()
+    wanted = sorted({k for o in lowered.outputs for k in o.values() if k in in_graph}, key=str)
+    futures = dict(zip(wanted, client.get(lowered.graph(), wanted, sync=False))) if wanted else {}
+    results = []
+    for node, keys in zip(plan.outputs, lowered.outputs):
+        futs = {}
+        for tra_key, dk in keys.items():
+            if dk in futures:
+                futs[tra_key] = futures[dk]
+            elif dk in keepalive:
+                futs[tra_key] = keepalive[dk]
+            else:
+                futs[tra_key] = Future(dk, client)
+        results.append(RelationFutures(futs, plan, node, client, lowered, started, keepalive, recorded))
+    return plan.rebuild(results)
+
+
+def _publish(plan: Plan, lowered: Lowered, client: Client) -> None:
+    """Show the plan on the scheduler's tra_dask page."""
+    keys = sorted(lowered.graph_keys(), key=str)  # tasks (scattered chunks are data, not tasks)
+    record = {
+        "token": lowered.token,
+        "label": " + ".join(o.label for o in plan.outputs),
+        "explain": plan.explain(),
+        "strategies": plan.strategies(),
+        "predicted_bytes": int(plan.cost.bytes_moved),
+        "workers": list(lowered.workers),
+        "keys": keys,
+        "key_workers": [lowered.planned[k] for k in keys],
+    }
+    try:
+        client.run_on_scheduler(_add_plan, record=record)
+    except Exception:  # the page is a convenience; the run does not depend on it
+        pass
+
+
+def compute(expr, client: Client | None = None, sites=None, progress: bool = True, **kw):
+    """Run ``expr`` and gather: ``{key: chunk}`` (or a tuple/dict of them), with Dask's
+    progress bar (``progress=False`` for none).  Keyword arguments go to
+    :func:`submit` (``optimize``, ``memory_limit``, ``cost_model``, ``objective``, ``calibrate``)."""
+    out = submit(expr, client=client, sites=sites, **kw)
+    items, rebuild = _flatten_futures(out)
+    if progress:
+        from distributed import progress as _progress
+
+        notebook = False
+        try:  # a widget in notebooks when ipywidgets is there; a text bar everywhere else
+            import ipywidgets  # noqa: F401
+            from IPython import get_ipython
+
+            notebook = type(get_ipython()).__name__ == "ZMQInteractiveShell"
+        except Exception:
+            pass
+        with items[0].client.as_current():
+            _progress([f for rf in items for f in rf.values()], notebook=notebook)
+    return rebuild([rf.gather() for rf in items])
+
+
+def _flatten_futures(out):
+    if isinstance(out, RelationFutures):
+        return [out], lambda rs: rs[0]
+    if isinstance(out, tuple):
+        return list(out), tuple
+    if isinstance(out, list):
+        return list(out), list
+    names = list(out)
+    return [out[n] for n in names], lambda rs: dict(zip(names, rs))
+
