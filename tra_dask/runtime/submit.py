@@ -120,9 +120,11 @@ def _run(plan: Plan, client: Client, workers: list[str]):
     return plan.rebuild(results)
 
 
-def _publish(plan: Plan, lowered: Lowered, client: Client) -> None:
+def _publish(plan: Plan, lowered: Lowered, client: Client, name: str | None = None) -> None:
     """Show the plan on the scheduler's tra_dask page."""
     keys = sorted(lowered.graph_keys(), key=str)  # tasks (scattered chunks are data, not tasks)
+    order = lowered.work.order
+    index = {n: i for i, n in enumerate(order)}
     record = {
         "token": lowered.token,
         "label": " + ".join(o.label for o in plan.outputs),
@@ -132,6 +134,15 @@ def _publish(plan: Plan, lowered: Lowered, client: Client) -> None:
         "workers": list(lowered.workers),
         "keys": keys,
         "key_workers": [lowered.planned[k] for k in keys],
+        "name": name,
+        # the plan's operators in lowering order: task keys of operator i are (f"{op}-{i}-{token}", j)
+        "nodes": [
+            {"index": i, "op": n._op, "label": n.label, "prefix": f"{n._op}-{i}-{lowered.token}", "params": n._fmt_params()[:120],
+             "inputs": [index[c] for c in n.children], "tasks": int(len(lowered.work[n].task_site))}
+            for i, n in enumerate(order)
+        ],
+        "outputs": [{"label": o.label, "node": index[o], "keys": sorted(set(keys_.values()), key=str)}
+                    for o, keys_ in zip(plan.outputs, lowered.outputs)],
     }
     try:
         client.run_on_scheduler(_add_plan, record=record)
