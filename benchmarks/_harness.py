@@ -230,16 +230,24 @@ def plans_to_time(plan, k: int):
     return out
 
 
-def pick(plan, i: int):
-    return plan if i == 0 else plan.alternatives[i - 1]
+def pick(plan, i: int, name: str | None = None):
+    """Plan ``i`` of ``[plan, *alternatives]``; with ``name``, the first of them whose
+    strategy is that name (else plan ``i`` if there is one, else the chosen plan)."""
+    plans = [plan, *plan.alternatives]
+    if name is not None:
+        for p in plans:
+            if (strategy(p) or "other") == name:
+                return p
+    return plans[i] if i < len(plans) else plan
 
 
-def fresh_plan_maker(client, build_expr, index: int):
+def fresh_plan_maker(client, build_expr, index: int, name: str | None = None):
     """A ``make_plan`` for :func:`time_tra`: new inputs, plan them where they are,
-    then take the plan of the same rank among the alternatives (the strategies are
-    the same each time: the inputs are made alike)."""
+    then take the plan of the same strategy (``name``, as :func:`plans_to_time` gives
+    it) or rank among the alternatives: where Dask put the new inputs may differ, and
+    with it the alternatives."""
     def make():
-        return pick(td.plan_for(build_expr(), client), index)
+        return pick(td.plan_for(build_expr(), client), index, name)
     return make
 
 

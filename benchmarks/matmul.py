@@ -67,7 +67,7 @@ def main(argv=None):
                                   random_uniform((K, J), (-(-K // bk), -(-J // bj)), seed=s + 1, dtype=dtype, name="B"))
 
                 plan = td.plan_for(expr(), client)
-                runs = [(name, fresh_plan_maker(client, expr, index)) for index, name in plans_to_time(plan, args.alternatives)]
+                runs = [(name, fresh_plan_maker(client, expr, index, name.split(': ', 1)[1])) for index, name in plans_to_time(plan, args.alternatives)]
                 runs.insert(1, ("tra_dask chosen, inputs placed by tra_dask", own_placement_maker(client, free_expr)))
                 results = []
                 for name, make in runs:

@@ -58,7 +58,7 @@ def main(argv=None):
                 plan = td.plan_for(expr(), client)
                 results = []
                 for index, name in plans_to_time(plan, args.alternatives):
-                    r = time_tra(client, fresh_plan_maker(client, expr, index), args.repeat)
+                    r = time_tra(client, fresh_plan_maker(client, expr, index, name.split(': ', 1)[1]), args.repeat)
                     srcs = {n.source.name: client.compute(n.source.keeper[0]).result()
                             for n in r["rf"].plan.nodes if hasattr(n, "source") and n.source.name in ("xq", "X", "A")}
                     value, index_ = r["rf"][()].result()

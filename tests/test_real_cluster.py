@@ -25,7 +25,9 @@ def _start(args, env):
 def real_cluster(tmp_path):
     sched_file = tmp_path / "scheduler.json"
     env = dict(os.environ, DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH="1000000",
-               DASK_DISTRIBUTED__SCHEDULER__ACTIVE_MEMORY_MANAGER__START="False")
+               DASK_DISTRIBUTED__SCHEDULER__ACTIVE_MEMORY_MANAGER__START="False",
+               # kernels defined in test modules unpickle on the workers
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
     procs = [_start(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
                      "--scheduler-file", str(sched_file)], env)]
     try:
@@ -73,3 +75,30 @@ def test_submit_on_a_dask_scheduler_cluster(real_cluster):
         client.shutdown()  # stops the scheduler and the workers this test started
     for p in procs:
         assert p.wait(timeout=30) is not None
+
+
+def test_dask_native_on_a_dask_scheduler_cluster(real_cluster):
+    """Dask's own calls, the open client, a lying kernel, reductions to dask arrays and
+    data sent once — on `dask scheduler`/`dask worker` processes."""
+    from test_dask_native import _binary_liar, check_dask_protocols
+
+    sched_file, procs = real_cluster
+    with Client(scheduler_file=str(sched_file), timeout="30s") as client:  # the default client
+        client.wait_for_workers(2, timeout=60)
+        x = np.random.default_rng(7).random((400, 300))
+        X = td.from_numpy(x, (200, 150), name="X")
+        C = matmul(X, td.from_numpy(x.T.copy(), (150, 200), name="XT"))
+        rf = td.submit(C)  # no client passed: the open one
+        assert rf.client is client
+        check_dask_protocols(client, rf, td.evaluate(C))
+        sent = []
+        scatter = client.scatter
+        client.scatter = lambda data, *a, **k: sent.append(sum(v.nbytes for v in data.values())) or scatter(data, *a, **k)
+        again = td.submit(C)
+        np.testing.assert_allclose(again.to_numpy(), x @ x.T, rtol=1e-12)
+        assert sum(sent) == 0 and again.transfers() == again.plan.cost.bytes_moved
+        del client.scatter
+        rows = td.aggregate(td.transform(X, "row_sum"), (0,), "add")
+        np.testing.assert_allclose(td.submit(rows).to_dask_array().compute(), x.sum(axis=1, keepdims=True), rtol=1e-12)
+        with pytest.raises(RuntimeError, match="kernel 'binary_liar'"):
+            td.submit(td.aggregate(X, (0,), _binary_liar)).to_numpy()

@@ -28,7 +28,7 @@ from .types import ArrayType, RelationType
 
 __version__ = "0.1.0"
 
-_RUNTIME = ("plan_for", "from_dask_array", "RelationFutures")
+_RUNTIME = ("plan_for", "from_dask_array", "RelationFutures", "ArrayFutures", "drop_scattered")
 
 
 def _arrays(x) -> bool:
@@ -91,7 +91,7 @@ __all__ = [
     "Relation", "Kernel", "kernel", "ArrayType", "RelationType",
     "from_numpy", "from_chunks", "from_function",
     "aggregate", "join", "rekey", "filter", "transform", "tile", "concat",
-    "evaluate", "to_numpy", "compile", "optimize", "simulate", "submit", "compute", "plan_for", "from_dask_array", "RelationFutures", "Plan", "All", "Part", "KeySites",
+    "evaluate", "to_numpy", "compile", "optimize", "simulate", "submit", "compute", "plan_for", "from_dask_array", "RelationFutures", "ArrayFutures", "drop_scattered", "Plan", "All", "Part", "KeySites",
     "ClusterSpec", "calibrate", "cluster_spec",
     "keys", "kernels", "programs", "k", "k0", "k1", "k2", "k3",
 ]

@@ -26,11 +26,10 @@ __all__ = ["build_local", "plan", "submit", "compute", "compute_local_or_cluster
 
 def _current_client():
     try:
-        from distributed import default_client
-
-        return default_client()
-    except (ImportError, ValueError):
+        from ..runtime.cluster import current_client
+    except ImportError:  # pragma: no cover - distributed not installed
         return None
+    return current_client()
 
 
 class _Placeholder:
@@ -209,11 +208,14 @@ def plan(x, client=None, sites=None, *, calibrate: bool = True, memory_limit=Non
 
 
 def submit(x, client=None, sites=None, **kw):
-    """Run ``x``; its :class:`~tra_dask.RelationFutures`."""
+    """Run ``x``; its :class:`~tra_dask.runtime.ArrayFutures` (a tuple of them for a tuple)."""
     from ..runtime import submit as _submit
 
+    from ..runtime import ArrayFutures
+
     p, client, workers = plan(x, client, sites, **kw)
-    return _submit(p, client, workers)
+    out = _submit(p, client, workers)
+    return tuple(ArrayFutures.of(o) for o in out) if isinstance(out, tuple) else ArrayFutures.of(out)
 
 
 def compute(x, client=None, sites=None, **kw):

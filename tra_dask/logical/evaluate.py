@@ -87,16 +87,24 @@ def _check_result(node: Relation, out: Chunks) -> Chunks:
     t = node.type
     if len(out) != t.ntuples or any(k not in out for k in t.key_list()):
         raise RuntimeError(f"{node.label}: evaluated keys differ from the derived key set (a bug)")
+    kernel = getattr(node, "kernel", None)
     for key, shape in t.chunk_shapes().items():
-        a = out[key]
-        if tuple(a.shape) != shape or a.dtype != t.dtype:
-            what = getattr(node, "kernel", None)
-            raise RuntimeError(
-                f"{node.label}: chunk {key} came out with shape {tuple(a.shape)} and dtype "
-                f"{a.dtype} but the type rule{f' of kernel {what!r}' if what is not None else ''} "
-                f"says {shape} and {t.dtype}; fix the kernel's declared shape/dtype"
-            )
+        check_chunk(out[key], shape, str(t.dtype), node.label, kernel, key)
     return out
+
+
+def check_chunk(chunk, shape: tuple, dtype: str, where: str, kernel, key):
+    """``chunk`` if it has the ``shape`` and ``dtype`` its type says, else a
+    RuntimeError naming the node, the kernel and the key (the evaluator's check;
+    the lowering runs the same one inside every kernel task on the workers)."""
+    got_shape, got_dtype = tuple(getattr(chunk, "shape", ())), getattr(chunk, "dtype", None)
+    if got_shape != tuple(shape) or str(got_dtype) != dtype:
+        raise RuntimeError(
+            f"{where}: chunk {key} came out with shape {got_shape} and dtype {got_dtype} but the "
+            f"type rule{f' of kernel {kernel!r}' if kernel is not None else ''} says {tuple(shape)} "
+            f"and {dtype}; fix the kernel's declared shape/dtype"
+        )
+    return chunk
 
 
 def _eval_source(node: Source) -> Chunks:
@@ -189,6 +197,39 @@ def _register_sources():
 _register_sources()
 
 
+def grid_extents(rel: Relation, where: str) -> tuple:
+    """The chunk extents along each array dim of ``rel`` as one tensor (dask-style
+    ``chunks``): key dim d indexes array dim d; array dims past the key arity are
+    not split.  A ValueError naming ``where`` unless the keys form such a grid."""
+    check_integrity(rel)
+    t = rel.type
+    if t.arity > t.rank:
+        raise ValueError(
+            f"{where}: key arity {t.arity} exceeds chunk rank {t.rank}; it needs one key "
+            f"dim per leading array dim (rekey or concat first)"
+        )
+    shapes = np.array([t.shapes[i] for i in t.shape_ids], dtype=np.int64).reshape(t.ntuples, t.rank)
+    out = []
+    for d in range(t.rank):
+        if d < t.arity:
+            ext = []
+            for v in range(t.frontier[d]):
+                e = np.unique(shapes[t.keys[:, d] == v, d])
+                if len(e) != 1:
+                    raise ValueError(
+                        f"{where}: chunks with key dim {d} = {v} have extents {e.tolist()} along "
+                        f"array dim {d}; they do not form one tensor's grid"
+                    )
+                ext.append(int(e[0]))
+            out.append(tuple(ext))
+        else:
+            e = np.unique(shapes[:, d])
+            if len(e) != 1:
+                raise ValueError(f"{where}: chunks differ in extent along unsplit array dim {d}: {e.tolist()}")
+            out.append((int(e[0]),))
+    return tuple(out)
+
+
 def to_numpy(rel: Relation, chunks: Chunks | None = None):
     """Assemble ``rel`` into one array.  Its keys must form a tensor's chunk grid:
     key dim d indexes array dim d (array dims past the key arity are not split).
@@ -198,41 +239,17 @@ def to_numpy(rel: Relation, chunks: Chunks | None = None):
     >>> bool((td.to_numpy(td.from_numpy(x, (2, 4))) == x).all())
     True
     """
-    check_integrity(rel)
-    t = rel.type
-    where = f"to_numpy({rel.label})"
-    if t.arity > t.rank:
-        raise ValueError(
-            f"{where}: key arity {t.arity} exceeds chunk rank {t.rank}; to_numpy needs one key "
-            f"dim per leading array dim (rekey or concat first)"
-        )
-    shapes = np.array([t.shapes[i] for i in t.shape_ids], dtype=np.int64).reshape(t.ntuples, t.rank)
-    offsets, total = [], []
-    for d in range(t.rank):
-        if d < t.arity:
-            ext = np.zeros(t.frontier[d], dtype=np.int64)
-            for v in range(t.frontier[d]):
-                e = np.unique(shapes[t.keys[:, d] == v, d])
-                if len(e) != 1:
-                    raise ValueError(
-                        f"{where}: chunks with key dim {d} = {v} have extents {e.tolist()} along "
-                        f"array dim {d}; they do not form one tensor's grid"
-                    )
-                ext[v] = e[0]
-            offsets.append(np.r_[0, np.cumsum(ext)])
-            total.append(int(ext.sum()))
-        else:
-            e = np.unique(shapes[:, d])
-            if len(e) != 1:
-                raise ValueError(f"{where}: chunks differ in extent along unsplit array dim {d}: {e.tolist()}")
-            total.append(int(e[0]))
-    data = evaluate(rel) if chunks is None else chunks
-    first = next(iter(data.values()))
-    xp = _xp(first)
-    out = xp.empty(tuple(total), dtype=t.dtype)
-    for key, a in data.items():
-        idx = tuple(slice(int(offsets[d][v]), int(offsets[d][v + 1])) for d, v in enumerate(key))
-        out[idx] = a
+    extents = grid_extents(rel, f"to_numpy({rel.label})")
+    return assemble(evaluate(rel) if chunks is None else chunks, extents, rel.type.dtype)
+
+
+def assemble(chunks: Chunks, extents: tuple, dtype):
+    """One array from ``{key: chunk}`` on the grid ``extents`` (:func:`grid_extents`)."""
+    offsets = [np.r_[0, np.cumsum(e)] for e in extents]
+    xp = _xp(next(iter(chunks.values())))
+    out = xp.empty(tuple(int(sum(e)) for e in extents), dtype=dtype)
+    for key, a in chunks.items():
+        out[tuple(slice(int(offsets[d][v]), int(offsets[d][v + 1])) for d, v in enumerate(key))] = a
     return out
 
 

@@ -27,6 +27,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
+from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.task_spec import Task, TaskRef
 
@@ -45,6 +46,7 @@ class Lowered:
     workers: list
     layers: dict = field(default_factory=lambda: defaultdict(dict))   # worker -> {key: Task}
     scatter: dict = field(default_factory=lambda: defaultdict(dict))  # worker -> {key: chunk}
+    scatter_owner: dict = field(default_factory=dict)  # scattered key -> the array it came from
     node_keys: dict = field(default_factory=dict)  # PNode -> [dask key per physical tuple]
     planned: dict = field(default_factory=dict)    # dask key -> worker, for every task
     outputs: list = field(default_factory=list)    # per output: {TRA key: dask key}
@@ -118,14 +120,21 @@ def _visit_source(node: PSource, w: NodeWork, task_keys: list, out: Lowered):
         return
     tra_keys, rows = t.key_list(), node.layout.rows
     shapes = t.chunk_shapes() if w.kind == "load" else None
-    for key, i, site in zip(task_keys, w.task_tuple.tolist(), w.task_site.tolist()):
+    for j, (key, i, site) in enumerate(zip(task_keys, w.task_tuple.tolist(), w.task_site.tolist())):
         tk = tra_keys[int(rows[i])]
         if w.kind == "load":
             _task(out, site, key, tasks.load, src.fn, tk, shapes[tk], str(t.dtype), src.name)
         else:  # "scatter": data in this process goes straight to its site
             chunk = src.load(tk)
-            out.scatter[out.workers[site]][key] = np.ascontiguousarray(chunk) if isinstance(chunk, np.ndarray) else chunk
-            out.planned[key] = out.workers[site]
+            worker = out.workers[site]
+            if isinstance(chunk, np.ndarray):
+                chunk = np.ascontiguousarray(chunk)
+                # named by content, position and worker, so a later submission of the same
+                # data finds it there (runtime's scatter cache) and it is not sent again
+                key = task_keys[j] = (f"tra-data-{tokenize(chunk)}", worker) + tuple(int(v) for v in tk)
+                out.scatter_owner[key] = getattr(src, "array", chunk)
+            out.scatter[worker][key] = chunk
+            out.planned[key] = worker
 
 
 def _visit_move(node, w: NodeWork, task_keys: list, out: Lowered):
@@ -143,20 +152,31 @@ def _visit_move(node, w: NodeWork, task_keys: list, out: Lowered):
             _task(out, site, key, tasks.identity, TaskRef(fkey))
 
 
+def _checks(node, w: NodeWork, kernel) -> list:
+    """Per task, what its output must be: ``(shape, dtype, node, kernel, TRA key)``."""
+    t = node.type
+    rows = node.layout.rows[w.task_tuple]
+    dtype, label, name = str(t.dtype), node.label, getattr(kernel, "name", kernel)
+    return [(t.shapes[s], dtype, label, name, tuple(k))
+            for s, k in zip(t.shape_ids[rows].tolist(), t.keys[rows].tolist())]
+
+
 def _visit_join(node: LocalJoin, w: NodeWork, task_keys: list, out: Lowered):
     fn, params = node.kernel.fn, node.kernel.params
+    checks = _checks(node, w, node.kernel)
     for t, (key, site) in enumerate(zip(task_keys, w.task_site.tolist())):
-        _task(out, site, key, tasks.apply, fn, params, *_refs(node, w, t, out))
+        _task(out, site, key, tasks.apply, fn, params, checks[t], *_refs(node, w, t, out))
 
 
 def _visit_aggregate(node: LocalAggregate, w: NodeWork, task_keys: list, out: Lowered):
     k = node.kernel
+    checks = _checks(node, w, k) if w.kind != "concat" else None
     for t, (key, site) in enumerate(zip(task_keys, w.task_site.tolist())):
         refs = _refs(node, w, t, out)
         if w.kind == "concat":
             _task(out, site, key, tasks.concat, k.array_dim, *refs)
         else:
-            _task(out, site, key, tasks.fold, k.fn, k.params, *refs)
+            _task(out, site, key, tasks.fold, k.fn, k.params, checks[t], *refs)
 
 
 def _visit_filter(node: LocalFilter, w: NodeWork, task_keys: list, out: Lowered):
@@ -171,8 +191,9 @@ def _visit_map(node: LocalMap, w: NodeWork, task_keys: list, out: Lowered):
             (ref,) = _refs(node, w, t, out)
             _task(out, site, key, tasks.tile_slice, ref, op.tile_dim, ti * op.tile_size, (ti + 1) * op.tile_size)
     elif w.kind == "kernel":
+        checks = _checks(node, w, op.kernel)
         for t, (key, site) in enumerate(zip(task_keys, w.task_site.tolist())):
-            _task(out, site, key, tasks.apply, op.kernel.fn, op.kernel.params, *_refs(node, w, t, out))
+            _task(out, site, key, tasks.apply, op.kernel.fn, op.kernel.params, checks[t], *_refs(node, w, t, out))
     # a pure rekey: aliases only
 
 

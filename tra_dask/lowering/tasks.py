@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import functools
 
+from ..logical.evaluate import check_chunk
+
 
 def identity(x):
     """A transfer: the task runs on the destination worker, so dask moves ``x`` there."""
     return x
 
 
-def apply(fn, params, *chunks):
-    return fn(*chunks, *params)
+def apply(fn, params, check, *chunks):
+    """A kernel call; its output checked against the plan's type (``check``: shape,
+    dtype, node, kernel, key) so that a kernel that lies about its output fails
+    here, naming itself, rather than assembling a wrong result."""
+    return check_chunk(fn(*chunks, *params), *check)
 
 
-def fold(fn, params, *chunks):
-    """One group of a local aggregation, folded left in key order."""
-    return functools.reduce(lambda a, b: fn(a, b, *params), chunks)
+def fold(fn, params, check, *chunks):
+    """One group of a local aggregation, folded left in key order (checked as ``apply``)."""
+    return check_chunk(functools.reduce(lambda a, b: fn(a, b, *params), chunks), *check)
 
 
 def concat(axis, *chunks):

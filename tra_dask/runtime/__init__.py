@@ -10,8 +10,8 @@ worker process per site; the dashboard on 127.0.0.1 only) and closed at exit.
 from __future__ import annotations
 
 from .cluster import _CONFIG, _check_client, _resolve, _wait_done, _who_has, embedded_client, workers_info  # noqa: F401
-from .futures import RelationFutures
-from .resident import from_dask_array
+from .futures import ArrayFutures, RelationFutures
+from .resident import drop_scattered, from_dask_array
 from .submit import compute, plan_for, submit
 
-__all__ = ["submit", "compute", "plan_for", "RelationFutures", "from_dask_array", "embedded_client"]
+__all__ = ["submit", "compute", "plan_for", "RelationFutures", "ArrayFutures", "from_dask_array", "embedded_client", "drop_scattered"]

@@ -3,9 +3,11 @@ waiting on futures with a check for workers that left."""
 
 from __future__ import annotations
 
+import ast
 import atexit
 import logging
 import os
+import sys
 import threading
 import time
 
@@ -33,20 +35,78 @@ _LOCK = threading.Lock()
 
 def embedded_client(n_workers: int) -> Client:
     """A client of this process's embedded LocalCluster with ``n_workers`` workers
-    (started on first use, restarted if another size is asked for, closed at exit)."""
+    (started on first use, restarted if another size is asked for, closed at exit).
+
+    Its client becomes the default client when no other is open (as ``Client()``
+    does), so Dask's own calls (``dask.compute``, ``x.compute()`` of a result's dask
+    array) run on it; a client the user opens later takes precedence."""
     with _LOCK:
         c = _EMBEDDED.get("client")
         if c is not None and _EMBEDDED.get("n") == n_workers and c.status == "running":
             return c
+        _check_main_guard()
         _close_embedded()
         with dask.config.set(_CONFIG):
             cluster = LocalCluster(
                 n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                 dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
             )
-            client = Client(cluster, set_as_default=False)
+            client = Client(cluster, set_as_default=current_client() is None)
         _EMBEDDED.update(cluster=cluster, client=client, n=n_workers)
         return client
+
+
+def current_client() -> Client | None:
+    """The open default Dask client (``distributed.default_client()``), or None."""
+    from distributed import default_client
+
+    try:
+        c = default_client()
+    except ValueError:
+        return None
+    return c if c.status == "running" else None
+
+
+_GUARD_HELP = (
+    "put the code that runs tra_dask under `if __name__ == \"__main__\":` — the embedded cluster "
+    "starts worker processes, and each of them imports the main module again"
+)
+
+
+def _check_main_guard() -> None:
+    """A clear error, before any process starts, when the embedded cluster is started
+    from a script's top-level code outside an ``if __name__ == "__main__":`` block
+    (worker processes would re-import the script and run that code again), and in a
+    worker process that is importing the main module."""
+    main = sys.modules.get("__main__")
+    if getattr(main, "__name__", None) == "__mp_main__":
+        raise RuntimeError(f"tra_dask: an embedded cluster was asked for while a new process imported the main module; {_GUARD_HELP}")
+    path = getattr(main, "__file__", None)
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_globals.get("__name__") == "__main__" and frame.f_code.co_name == "<module>"):
+        frame = frame.f_back
+    if frame is None or not path or frame.f_code.co_filename != path:
+        return  # not called from a script's top level (a notebook, python -c, a function)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+    except (OSError, SyntaxError, ValueError):
+        return
+    line = frame.f_lineno
+    for node in tree.body:
+        if isinstance(node, ast.If) and _is_main_test(node.test) and node.lineno <= line <= (node.end_lineno or line):
+            return
+    raise RuntimeError(f"tra_dask: {path}, line {line}: {_GUARD_HELP}")
+
+
+def _is_main_test(test) -> bool:
+    """``__name__ == "__main__"`` (either order)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [s.id for s in sides if isinstance(s, ast.Name)]
+    consts = [s.value for s in sides if isinstance(s, ast.Constant)]
+    return names == ["__name__"] and consts == ["__main__"]
 
 
 def _close_embedded() -> None:
@@ -126,7 +186,16 @@ def _workers(client: Client, sites) -> list[str]:
 
 
 def _resolve(client, sites):
+    """``(client, workers)``: the client given, else the open default client, else the
+    embedded cluster (sized by ``sites``, default one worker per core)."""
     if client is None:
+        client = current_client()
+        if client is not None and client is _EMBEDDED.get("client"):
+            client = None  # the embedded cluster: sized by this call's sites
+    if client is None:
+        running = _EMBEDDED.get("client")
+        if sites is None and running is not None and running.status == "running":
+            return running, _workers(running, None)
         n = sites if isinstance(sites, int) else (len(sites) if sites else (os.cpu_count() or 2))
         client = embedded_client(n)
         sites = None

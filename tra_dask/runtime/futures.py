@@ -23,6 +23,15 @@ class RelationFutures(Mapping):
     ``.to_dask_array()``, ``.transfers()`` (bytes measured moving between workers for
     this submission) and ``.ran_on()`` (which worker computed each task).  It can be
     the input of a later TRA expression: its chunks stay where they are.
+
+    It is a Dask collection (already persisted: its graph is its futures), so Dask's
+    own calls work on it: ``distributed.wait(rf)``, ``distributed.progress(rf)``,
+    ``futures_of(rf)``, ``dask.compute(rf)`` / ``client.compute(rf)`` /
+    ``rf.compute()`` (``{TRA key: ndarray}``, as ``rf.gather()``), ``dask.persist(rf)``
+    / ``client.persist(rf)`` (the same futures: the data is already in cluster
+    memory).  ``client.gather`` gathers plain containers of futures only (as for any
+    Dask collection): ``client.gather(dict(rf))``.  With no default client (the
+    embedded cluster) Dask's calls run on ``rf.client``.
     """
 
     def __init__(self, futures: dict, plan: Plan, node, client: Client, lowered: Lowered, started: float,
@@ -101,21 +110,73 @@ class RelationFutures(Mapping):
 
     def to_dask_array(self):
         """A dask array backed by these futures (no data moves).  The keys must form
-        one tensor's chunk grid."""
+        one tensor's chunk grid: key dim d indexes array dim d; array dims past the
+        key arity are one chunk (a reduction's ``()`` key is a one-chunk array)."""
         import dask.array as da
         from dask.highlevelgraph import HighLevelGraph
 
-        t = self.node.type
-        if t.arity != t.rank or not t.is_continuous:
-            raise ValueError(
-                f"{self.label}: to_dask_array needs a continuous grid with key arity == chunk rank, "
-                f"got arity {t.arity}, rank {t.rank}"
-            )
-        chunks = t.grid_extents()
+        from ..logical.evaluate import grid_extents
+
+        chunks = grid_extents(self.node, f"{self.label}.to_dask_array()")
+        pad = (0,) * (len(chunks) - self.type.arity)
         name = f"tra-array-{self.token}-{uuid.uuid4().hex[:6]}"
-        layer = {(name,) + k: f for k, f in self._futures.items()}
+        layer = {(name,) + k + pad: f for k, f in self._futures.items()}
         graph = HighLevelGraph.from_collections(name, layer, dependencies=())
-        return da.Array(graph, name, chunks, dtype=t.dtype)
+        return da.Array(graph, name, chunks, dtype=self.type.dtype)
+
+    # -- the Dask collection protocol -------------------------------------
+    def _layer(self) -> str:
+        return f"tra-futures-{self.token}-{self.node.label}"
+
+    def __dask_graph__(self):
+        from dask.highlevelgraph import HighLevelGraph
+
+        return HighLevelGraph.from_collections(
+            self._layer(), {f.key: f for f in self._futures.values()}, dependencies=())
+
+    def __dask_layers__(self):
+        return (self._layer(),)
+
+    def __dask_keys__(self) -> list:
+        return [f.key for f in self._futures.values()]
+
+    def __dask_tokenize__(self):
+        return (type(self).__name__, self.token, tuple(f.key for f in self._futures.values()))
+
+    @property
+    def __dask_scheduler__(self):
+        """The client this ran on (Dask uses the default client first if there is one)."""
+        return self.client.get
+
+    @staticmethod
+    def __dask_optimize__(dsk, keys, **kwargs):
+        return dsk  # pinned tasks: no graph optimisation (it would lose placement)
+
+    def __dask_postcompute__(self):
+        return _chunks_by_key, (tuple(self._futures),)
+
+    def __dask_postpersist__(self):
+        return self._rebuild, ()
+
+    def _rebuild(self, dsk, *args, rename=None):
+        """After persist: the same chunks, as the futures Dask hands back where it
+        made new ones (``client.persist``), else these (they are in memory already)."""
+        from distributed import Future
+
+        futs = {k: dsk[f.key] if isinstance(dsk.get(f.key), Future) else f for k, f in self._futures.items()}
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__, _futures=futs)
+        return new
+
+    def compute(self, **kwargs) -> dict:
+        """``{TRA key: chunk}`` in this process (as ``dask.compute(self)[0]``)."""
+        import dask
+
+        return dask.compute(self, **kwargs)[0]
+
+    def persist(self, **kwargs) -> "RelationFutures":
+        """Itself: its chunks are already in cluster memory."""
+        return self
 
     # -- measurements ------------------------------------------------------
     def transfers(self) -> int:
@@ -166,3 +227,54 @@ class RelationFutures(Mapping):
         """``{dask key: worker}`` as the plan pinned them."""
         return {k: w for k, w in self.lowered.planned.items() if k in self.lowered.graph_keys()}
 
+
+
+def _chunks_by_key(results, keys) -> dict:
+    """``__dask_postcompute__``: ``{TRA key: chunk}`` (runs where Dask finalises: it
+    must pickle, so it is a function of the keys only)."""
+    return dict(zip(keys, results))
+
+
+class ArrayFutures(RelationFutures):
+    """The result of submitting a :class:`td.Array`: a :class:`RelationFutures` whose
+    chunks form one array, so Dask's calls give that array — ``dask.compute(r)``,
+    ``client.compute(r)``, ``r.compute()`` and ``numpy.asarray(r)`` return an ndarray
+    (``r.gather()`` still gives the chunks by key)."""
+
+    @classmethod
+    def of(cls, rf: RelationFutures) -> "ArrayFutures":
+        from ..logical.evaluate import grid_extents
+
+        new = object.__new__(cls)
+        new.__dict__.update(rf.__dict__)
+        new._extents = grid_extents(rf.node, f"{rf.label} as an array")
+        return new
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(int(sum(e)) for e in self._extents)
+
+    @property
+    def dtype(self):
+        return self.type.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._extents)
+
+    def __repr__(self):
+        return f"<ArrayFutures {self.shape} {self.dtype}: {len(self)} chunks on {len(self.lowered.workers)} sites>"
+
+    def __dask_postcompute__(self):
+        return _assembled, (tuple(self._futures), self._extents, str(self.dtype))
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.to_numpy()
+        return out if dtype is None else out.astype(dtype)
+
+
+def _assembled(results, keys, extents, dtype):
+    """``__dask_postcompute__`` of an array result: the assembled array."""
+    from ..logical.evaluate import assemble
+
+    return assemble(dict(zip(keys, results)), extents, dtype)

@@ -3,6 +3,9 @@ checks that it is still there, and dask arrays as TRA sources."""
 
 from __future__ import annotations
 
+import time
+import weakref
+
 import numpy as np
 from distributed import Client
 
@@ -11,7 +14,7 @@ from ..logical.nodes import toposort
 from ..optimizer import Plan
 from ..physical import KeySites
 from ..types import RelationType
-from .cluster import _FetchFromCluster, _check_client, _wait_done, _who_has
+from .cluster import _FetchFromCluster, _wait_done, _who_has
 
 def _keeper_futures(src: ClusterSource) -> list:
     from .futures import RelationFutures
@@ -83,14 +86,16 @@ def _check_plan_sources(plan: Plan, client: Client, workers: list[str]) -> None:
 def from_dask_array(x, name: str | None = None, client: Client | None = None) -> ClusterSource:
     """A tensor relation over a dask array's blocks, where they already are.
 
-    The array is persisted on ``client`` (default: the current client) if it is
+    The array is persisted on ``client`` (default: the open default client, else the
+    embedded cluster) if it is
     not already; its blocks never pass through this process, and the plan sees
     where each block lives (a fixed placement).
     """
-    from distributed import default_client, futures_of
+    from distributed import futures_of
 
-    client = client or default_client()
-    _check_client(client)
+    from .cluster import _resolve
+
+    client = _resolve(client, None)[0]
     block_keys = {(x.name,) + idx for idx in np.ndindex(*x.numblocks)}
     if not block_keys <= {f.key for f in futures_of(x)}:
         x = client.persist(x)
@@ -107,3 +112,82 @@ def from_dask_array(x, name: str | None = None, client: Client | None = None) ->
                      [tuple(r) for r in table.tolist()], x.dtype)
     return ClusterSource(tuple(sorted(keys.items())), t, name or f"dask-array[{x.name[:24]}]",
                          _FetchFromCluster(client), keeper=(x, list(futs.values())))
+
+
+# ---------------------------------------------------------------------------
+# chunks scattered from this process, sent once per cluster
+
+_SCATTERED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # client -> {slot: (key, Future)}
+
+
+def scatter_once(client: Client, lowered) -> dict:
+    """Send ``lowered``'s in-process chunks to their workers, except those this process
+    already sent to that worker: ``{key: Future}`` for all of them.
+
+    A chunk's key names its content, position and worker (see the lowering); one
+    copy per (array, position, worker) is kept — the latest: changed data has
+    another key and is sent again, replacing the old copy — while the array it came
+    from lives in this process (or until :func:`drop_scattered`)."""
+    cache = _SCATTERED.setdefault(client, {})
+    out, kept = {}, {}
+    for worker, data in lowered.scatter.items():
+        fresh = {}
+        for key, chunk in data.items():
+            owner = lowered.scatter_owner.get(key)
+            hit = cache.get((id(owner),) + key[1:]) if owner is not None else None
+            if hit is not None and hit[0] == key and hit[1].status == "finished":
+                out[key] = kept[key] = hit[1]
+            else:
+                fresh[key] = chunk
+        if not fresh:
+            continue
+        sent = client.scatter(fresh, workers=[worker])
+        out.update(sent)
+        for key, f in sent.items():
+            owner = lowered.scatter_owner.get(key)
+            slot = (id(owner),) + key[1:]
+            try:  # kept while its array lives here
+                weakref.finalize(owner, _forget, weakref.ref(client), slot, key)
+            except TypeError:  # not weak-referenceable (or not content-named): not kept
+                continue
+            cache[slot] = (key, f)
+    if kept:
+        try:
+            client.run_on_scheduler(_drop_replicas, homes={k: k[1] for k in kept})
+        except Exception:  # a scheduler that cannot import tra_dask: copies may stay (fewer bytes move)
+            pass
+    return out
+
+
+def _drop_replicas(dask_scheduler, homes: dict) -> None:
+    """Forget the copies of kept chunks that earlier plans moved to other workers, so
+    that this plan's moves happen (and are counted) as planned; the copy on the chunk's
+    own worker stays.  The workers hear of it before they hear of this plan's tasks
+    (one ordered stream per worker)."""
+    by_worker: dict = {}
+    for key, home in homes.items():
+        ts = dask_scheduler.tasks.get(key)
+        if ts is None or not any(ws.address == home for ws in ts.who_has):
+            continue
+        for ws in ts.who_has:
+            if ws.address != home:
+                by_worker.setdefault(ws.address, []).append(key)
+    for addr, keys in by_worker.items():
+        dask_scheduler.request_remove_replicas(addr, keys, stimulus_id=f"tra-dask-drop-replicas-{time.time()}")
+
+
+def _forget(client_ref, slot, key) -> None:
+    client = client_ref()
+    cache = _SCATTERED.get(client, {}) if client is not None else {}
+    if cache.get(slot, (None,))[0] == key:
+        del cache[slot]
+
+
+def drop_scattered(client: Client | None = None) -> int:
+    """Release the chunks this process scattered and kept on ``client``'s cluster
+    (all clients when None); returns how many.  The next submission sends them again."""
+    clients = [client] if client is not None else list(_SCATTERED)
+    n = 0
+    for c in clients:
+        n += len(_SCATTERED.pop(c, {}))
+    return n

@@ -15,7 +15,7 @@ from ..optimizer import Plan, compile
 from ..optimizer import optimize as _optimize
 from .cluster import _ensure_recorder, _resolve, workers_info
 from .futures import RelationFutures
-from .resident import _check_plan_sources, _cluster_placements
+from .resident import _check_plan_sources, _cluster_placements, scatter_once
 
 def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool = True,
              memory_limit: float | None = None, cost_model: str = "exact", objective=None,
@@ -97,8 +97,7 @@ def _run(plan: Plan, client: Client, workers: list[str]):
         _publish(plan, lowered, client)
     started = time.time()
     keepalive: dict = {}
-    for w, data in lowered.scatter.items():
-        keepalive.update(client.scatter(data, workers=[w]))
+    keepalive.update(scatter_once(client, lowered))
     for node in toposort(plan.outputs):  # cluster-resident sources stay alive while we run
         src = getattr(node, "source", None)
         if isinstance(src, ClusterSource):

@@ -1,0 +1,242 @@
+"""Results behave like Dask collections; the open client is used; kernels are checked
+on the workers; scattered data is sent once; any result becomes a dask array.
+A real LocalCluster(processes=True) on 127.0.0.1 (the `dask scheduler`/`dask worker`
+cluster versions are in test_real_cluster.py)."""
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import dask
+import dask.array as da
+import distributed
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+import tra_dask as td
+from tra_dask.programs import matmul
+from tra_dask.runtime import cluster as runtime_cluster
+
+
+@pytest.fixture(scope="module")
+def client():
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster, Client(cluster) as c:  # the default client
+        yield c
+
+
+def _mm(n=6, chunks=(2, 2), seed=0):
+    x = np.random.default_rng(seed).random((n, n))
+    A = td.from_numpy(x, chunks, name="A")
+    return x, matmul(A, A)
+
+
+def _same(got: dict, want: dict):
+    assert set(got) == set(want)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-12)
+
+
+def check_dask_protocols(client, rf, want: dict):
+    """Dask's own calls on a RelationFutures (shared with the CLI-cluster test)."""
+    distributed.wait(rf, timeout=60)
+    assert all(f.done() for f in rf.values())
+    assert {f.key for f in distributed.futures_of(rf)} == {f.key for f in rf.values()}
+    (got,) = dask.compute(rf)
+    _same(got, want)
+    _same(rf.compute(), want)
+    _same(client.compute(rf).result(timeout=60), want)
+    _same(client.gather(dict(rf)), want)
+    persisted = client.persist(rf)
+    assert isinstance(persisted, td.RelationFutures) and set(persisted) == set(rf)
+    _same(persisted.gather(), want)
+    (p2,) = dask.persist(rf)
+    assert isinstance(p2, td.RelationFutures)
+    _same(p2.gather(), want)
+    distributed.progress(rf)  # a text bar over the result's futures; returns when they are done
+    x = rf.to_dask_array()
+    np.testing.assert_allclose(x.compute(), td.to_numpy(rf.node, want), rtol=1e-12)
+
+
+def test_dask_protocols_on_results(client):
+    x, C = _mm()
+    rf = td.submit(C, client=client)
+    check_dask_protocols(client, rf, td.evaluate(C))
+
+
+def test_the_open_client_is_used(client):
+    before = dict(runtime_cluster._EMBEDDED)
+    x, C = _mm(seed=1)
+    rf = td.submit(C)  # no client given: the default one, not an embedded cluster
+    assert rf.client is client
+    assert runtime_cluster._EMBEDDED.get("client") is before.get("client")
+    np.testing.assert_allclose(rf.to_numpy(), x @ x, rtol=1e-12)
+    # a dask array persisted by the open client composes with submit (no "another cluster" error)
+    X = td.from_dask_array(da.from_array(x, chunks=3))
+    np.testing.assert_allclose(td.submit(matmul(X, X)).to_numpy(), x @ x, rtol=1e-12)
+    np.testing.assert_allclose(td.compute(td.einsum("ij,jk->ik", x, x)), x @ x, rtol=1e-12)
+
+
+@td.kernel(name="liar", shape="same")
+def _liar(x):
+    return x[:, :1]  # declares "same" but returns one column
+
+
+@td.kernel(name="float32_liar", shape="same")
+def _dtype_liar(x):
+    return x.astype(np.float32)
+
+
+@pytest.mark.parametrize("kernel, got", [(_liar, "(2, 1) and dtype float64"), (_dtype_liar, "(2, 2) and dtype float32")])
+def test_a_lying_kernel_fails_on_the_worker_with_its_name(client, kernel, got):
+    A = td.from_numpy(np.ones((4, 4)), (2, 2), name="A")
+    rf = td.submit(td.transform(A, kernel), client=client)
+    with pytest.raises(RuntimeError, match=rf"kernel '{kernel.name}' says \(2, 2\) and float64") as e:
+        rf.to_numpy()
+    assert got in str(e.value) and "chunk (" in str(e.value)
+    with pytest.raises(RuntimeError, match=kernel.name):
+        rf.to_dask_array().compute()
+    with pytest.raises(RuntimeError, match=kernel.name):
+        td.submit(td.transform(A, kernel), client=client).gather()
+
+
+@td.kernel(name="binary_liar", shape="same")
+def _binary_liar(a, b):
+    return (a + b)[:1]
+
+
+def test_lying_join_and_aggregation_kernels_fail_on_the_worker(client):
+    A = td.from_numpy(np.ones((4, 4)), (2, 2), name="A")
+    for rel in (td.join(A, A, (0, 1), (0, 1), _binary_liar), td.aggregate(A, (0,), _binary_liar)):
+        with pytest.raises(RuntimeError, match=r"came out with shape \(1, 2\).*kernel 'binary_liar' says \(2, 2\)"):
+            td.submit(rel, client=client).to_numpy()
+
+
+def _reductions():
+    rng = np.random.default_rng(5)
+    x, y = rng.random((6, 8)), rng.random((4, 6, 8))
+    A, A6 = td.from_numpy(x, (2, 3), name="A"), td.from_numpy(x[:, :6], (2, 3), name="A6")
+    blocks = [x[i:i + 2, j:j + 3] for i in range(0, 6, 2) for j in range(0, 6, 3)]
+    return {  # name: (relation, what numpy says, or None: the evaluator's assembly only)
+        "total": (td.aggregate(A6, (), "add"), sum(blocks)),  # key (), one (2, 3) chunk
+        "row sums": (td.aggregate(td.transform(A, "row_sum"), (0,), "add"), x.sum(axis=1, keepdims=True)),
+        "block columns": (td.aggregate(A6, (1,), "add"), None),  # key (j,) indexes array dim 0
+        "one number": (td.aggregate(td.transform(A, "row_sum"), (), "add"), None),
+        "3-d, two key dims": (td.aggregate(td.from_numpy(y, (2, 3, 4)), (0, 2), "add"), None),
+    }
+
+
+@pytest.mark.parametrize("case", list(_reductions()))
+def test_reductions_and_any_arity_become_dask_arrays(client, case):
+    rel, want = _reductions()[case]
+    arr = td.submit(rel, client=client).to_dask_array()
+    ref = td.to_numpy(rel)  # the reference evaluator's assembly
+    assert arr.shape == ref.shape and arr.dtype == ref.dtype
+    np.testing.assert_allclose(arr.compute(), ref, rtol=1e-12)
+    if want is not None:
+        np.testing.assert_allclose(ref, want, rtol=1e-12)
+
+
+def test_a_result_that_is_not_one_tensor_is_a_clear_error(client):
+    A = td.from_numpy(np.ones((4, 4)), (2, 2), name="A")
+    rel = td.rekey(A, lambda k: (k[0], k[1], 0))  # key arity 3 > chunk rank 2
+    rf = td.submit(rel, client=client)
+    with pytest.raises(ValueError, match="key arity 3 exceeds chunk rank 2"):
+        rf.to_dask_array()
+
+
+def test_in_process_data_is_sent_once(client):
+    sent = []
+    scatter = client.scatter
+
+    def spy(data, *a, **k):
+        sent.append(sum(v.nbytes for v in data.values()))
+        return scatter(data, *a, **k)
+
+    client.scatter = spy
+    try:
+        x = np.random.default_rng(2).random((400, 300))
+        y = np.random.default_rng(3).random((300, 200))
+        X, Y = td.from_numpy(x, (100, 150), name="X"), td.from_numpy(y, (150, 100), name="Y")
+        for i in range(3):
+            sent.clear()
+            rf = td.submit(matmul(X, Y), client=client)
+            np.testing.assert_allclose(rf.to_numpy(), x @ y, rtol=1e-12)
+            # bytes between workers as predicted: copies earlier runs left are dropped first
+            assert rf.transfers() == rf.plan.cost.bytes_moved
+            assert sum(sent) == (x.nbytes + y.nbytes if i == 0 else 0)
+        # a new relation over the same array finds the data too (same chunks, same workers)
+        sent.clear()
+        rf = td.submit(matmul(td.from_numpy(x, (100, 150)), Y), client=client)
+        np.testing.assert_allclose(rf.to_numpy(), x @ y, rtol=1e-12)
+        assert sum(sent) == 0
+        # changed data is sent again (only the chunk that changed), never a stale copy
+        x[0, 0] += 1.0
+        sent.clear()
+        rf = td.submit(matmul(X, Y), client=client)
+        np.testing.assert_allclose(rf.to_numpy(), x @ y, rtol=1e-12)
+        assert sum(sent) == 100 * 150 * 8
+        # dropped on request: sent again
+        assert td.drop_scattered(client) > 0
+        sent.clear()
+        td.submit(matmul(X, Y), client=client).wait()
+        assert sum(sent) == x.nbytes + y.nbytes
+    finally:
+        del client.scatter
+
+
+def _run_script(tmp_path, body: str, timeout=120):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(body))
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+    return p, time.monotonic() - t0
+
+
+def test_embedded_cluster_results_compute_with_dask_calls(tmp_path):
+    p, _ = _run_script(tmp_path, """
+        import dask, numpy as np, tra_dask as td
+        from tra_dask.programs import matmul
+
+        if __name__ == "__main__":
+            x = np.arange(36.0).reshape(6, 6)
+            A = td.from_numpy(x, (3, 3))
+            rf = td.submit(matmul(A, A), sites=2)  # the embedded cluster
+            assert np.allclose(rf.to_dask_array().compute(), x @ x)
+            (chunks,) = dask.compute(rf)
+            assert np.allclose(td.to_numpy(rf.node, chunks), x @ x)
+            assert np.allclose(td.submit(td.aggregate(A, (), "add")).to_dask_array().compute(),
+                               sum(x[i:i + 3, j:j + 3] for i in (0, 3) for j in (0, 3)))
+            print("OK")
+    """)
+    assert p.returncode == 0 and "OK" in p.stdout, p.stderr[-3000:]
+
+
+def test_a_script_without_main_guard_gets_a_clear_error(tmp_path):
+    p, took = _run_script(tmp_path, """
+        import numpy as np, tra_dask as td
+        A = td.from_numpy(np.ones((4, 4)), (2, 2))
+        td.compute(td.aggregate(A, (), "add"))
+    """, timeout=60)
+    assert p.returncode != 0
+    assert 'if __name__ == "__main__":' in p.stderr and "script.py, line 4" in p.stderr
+    assert took < 30  # no worker process was started
+
+
+def test_array_results_compute_to_arrays(client):
+    rng = np.random.default_rng(11)
+    a, b = rng.random((30, 20)), da.from_array(rng.random((20, 25)), chunks=(10, 5))
+    want = np.maximum(a @ b.compute(), 0).sum(axis=1)
+    r = td.submit(np.maximum(td.einsum("ij,jk->ik", a, b), 0).sum(axis=1))
+    assert isinstance(r, td.ArrayFutures) and r.shape == (30,) and r.dtype == np.float64 and r.ndim == 1
+    for got in (dask.compute(r)[0], r.compute(), client.compute(r).result(timeout=60), np.asarray(r), r.to_numpy(),
+                r.to_dask_array().compute()):
+        assert isinstance(got, np.ndarray)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    distributed.wait(r)
+    s, m = td.submit((td.from_array(a).sum(), td.from_array(a).max(axis=0)))  # several results, one plan
+    got_s, got_m = dask.compute(s, m)
+    np.testing.assert_allclose(got_s, a.sum(), rtol=1e-12)
+    np.testing.assert_allclose(got_m, a.max(axis=0), rtol=1e-12)
