@@ -1,6 +1,6 @@
 """Plans in pictures and in the Dask dashboard; nothing bound to all interfaces."""
 
-import os
+import json
 import re
 import shutil
 import subprocess
@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 import tra_dask as td
+from tra_dask.physical import LocalAggregate, LocalJoin, Part, PSource, Shuffle
 from tra_dask.programs import matmul, random_uniform
 
 
@@ -80,6 +81,131 @@ def test_embedded_cluster_listens_on_loopback_only():
     assert client.dashboard_link.startswith("http://127.0.0.1:")
 
 
+class _WS:  # the scheduler's WorkerState / TaskState, as far as the plugin reads them
+    def __init__(self, address):
+        self.address = address
+
+
+class _TS:
+    def __init__(self, key, nbytes, deps=()):
+        self.key, self.nbytes, self.dependencies, self.who_has, self.processing_on = key, nbytes, deps, set(), None
+
+    def get_nbytes(self):
+        return self.nbytes
+
+
+def test_live_count_follows_the_scheduler_transitions():
+    """One fetch per (chunk, worker) however many tasks wait for it; a chunk dropped
+    and needed again moves again; named plans are titled by their name."""
+    from tra_dask.dashboard import TraScheduler
+
+    w0, w1 = _WS("tcp://w0"), _WS("tcp://w1")
+    a = _TS(("source-0-t", 0), 800)
+    moves = [_TS(("Broadcast-1-t", j), 800, (a,)) for j in range(3)]
+    record = {"token": "t", "label": "Broadcast(X)", "name": "my plan", "explain": "", "strategies": [],
+              "predicted_bytes": 800, "workers": [w0.address, w1.address],
+              "keys": [list(a.key)] + [list(m.key) for m in moves], "key_workers": [w0.address] + [w1.address] * 3,
+              "nodes": [{"index": 0, "op": "source", "label": "X", "prefix": "source-0-t", "params": "", "inputs": [],
+                         "tasks": 1},
+                        {"index": 1, "op": "Broadcast", "label": "Broadcast(X)", "prefix": "Broadcast-1-t",
+                         "params": "", "inputs": [0], "tasks": 3}],
+              "outputs": [{"label": "Broadcast(X)", "node": 1, "keys": [list(m.key) for m in moves]}]}
+    plugin = TraScheduler()
+    plugin.scheduler = type("Scheduler", (), {"tasks": {t.key: t for t in [a, *moves]}})()
+    plugin.add_plan(record)
+
+    def run(ts, ws, finish="memory"):
+        ts.processing_on = ws
+        plugin.transition(ts.key, "waiting", "processing")
+        return lambda: plugin.transition(ts.key, "processing", finish, worker=ws.address)
+
+    run(a, w0)()
+    a.who_has = {w0}
+    first, second = run(moves[0], w1), run(moves[1], w1)  # both wait for the same fetch
+    a.who_has = {w0, w1}  # the worker reports its copy before it runs them
+    first()
+    second()
+    live = plugin.snapshot()[0]
+    assert live["title"] == "my plan" and live["live_bytes"] == 800
+    a.who_has = {w0}  # w1 dropped its copy; a later task needs it again
+    run(moves[2], w1)()
+    live = plugin.snapshot()[0]
+    assert live["live_bytes"] == 1600 and live["outputs"][0]["live_bytes"] == 1600
+    assert live["transfers"]["bytes"] == [[0, 1600], [0, 0]]
+    assert [(n["state"], n["done"], n["total"]) for n in live["nodes"]] == [("done", 1, 1), ("done", 3, 3)]
+    assert live["done"] == live["total"] == 4 and live["per_site"][w1.address] == {"tasks": 3, "done": 3}
+    page = plugin.render_page()
+    assert "<h2 id='t'>my plan" in page and "computes <b>Broadcast(X)</b>" in page and "1,600 bytes" in page
+
+
+def _get(url: str) -> str:
+    return urllib.request.urlopen(url, timeout=10).read().decode()
+
+
+def _api(rf) -> dict:
+    base = rf.dashboard_link.split("/tra-dask")[0]
+    return next(p for p in json.loads(_get(base + "/tra-dask/api/plans")) if p["token"] == rf.token)
+
+
+def _received(rf) -> dict:
+    """Bytes of this submission each worker received, from the senders' transfer logs
+    (as ``transfers()`` reads them: scattered chunks' keys name their content, so an
+    earlier submission may have moved the same keys)."""
+    ours = rf.lowered.graph_keys() | {k for d in rf.lowered.scatter.values() for k in d}
+
+    def sent(dask_worker, ours=ours, workers=set(rf.lowered.workers), since=rf._started - 0.01,
+             until=rf._finished + 0.5):
+        out = {}
+        for e in dask_worker.transfer_outgoing_log:
+            if e["who"] in workers and since <= e["start"] <= until:
+                out[e["who"]] = out.get(e["who"], 0) + sum(n for k, n in e["keys"].items() if k in ours)
+        return out
+
+    got = {}
+    for per in rf.client.run(sent).values():
+        for w, n in per.items():
+            got[w] = got.get(w, 0) + n
+    return {w: n for w, n in got.items() if n}
+
+
+def _shuffle_plan(sites=2):
+    k = td.kernels.get_kernel
+    X, Y = random_uniform((400, 400), 100, seed=5, name="X"), random_uniform((400, 400), 100, seed=6, name="Y")
+    px, py = PSource(X, Part((0,), sites)), PSource(Y, Part((1,), sites))
+    j = LocalJoin(Shuffle(px, (1,)), Shuffle(py, (0,)), (1,), (0,), k("matmul"))
+    return td.Plan([LocalAggregate(Shuffle(j, (0, 2)), (0, 2), k("add"))], sites=sites)
+
+
+PLANS = {
+    "broadcast": lambda: matmul(random_uniform((400, 400), 100, seed=1, name="X"),
+                                td.from_numpy(np.ones((400, 400)), 100, name="Y")),
+    "shuffle": _shuffle_plan,
+}
+
+
+@pytest.mark.parametrize("kind", list(PLANS))
+def test_bytes_counted_live_equal_the_transfer_logs(kind):
+    rf = td.submit(PLANS[kind](), sites=2, optimize=False).wait()
+    live = _api(rf)
+    assert live["done"] == live["total"] > 0 and live["predicted_bytes"] == rf.plan.cost.bytes_moved
+    measured = rf.transfers()
+    assert live["live_bytes"] == measured > 0  # the scheduler's count is exact, not an estimate
+    # per operator: only moves fetch; per output: what its operators fetched
+    fetched = [n for n in live["nodes"] if n["live_bytes"]]
+    assert sum(n["live_bytes"] for n in fetched) == measured
+    assert {n["op"] for n in fetched} == ({"Shuffle"} if kind == "shuffle" else {"Broadcast", "Shuffle"})
+    assert [o["live_bytes"] for o in live["outputs"]] == [measured]
+    assert all(n["state"] in ("done", "no tasks") for n in live["nodes"])
+    # the site matrix: nothing to itself; what each worker received is exact
+    t = live["transfers"]
+    assert t["workers"][:2] == rf.lowered.workers and all(t["bytes"][i][i] == 0 for i in range(len(t["workers"])))
+    received = {w: sum(row[j] for row in t["bytes"]) for j, w in enumerate(t["workers"])}
+    assert {w: n for w, n in received.items() if n} == _received(rf)
+    page = _get(rf.dashboard_link.split("#")[0])
+    assert f"counted live <b class='measured' id='live-{rf.token}'>{measured:,} bytes</b>" in page
+    assert f"measured by transfers(): <b class='transfers'>{measured:,} bytes</b>" in page
+
+
 def test_dashboard_page_lists_the_plan_and_its_bytes():
     rf = td.submit(matmul(random_uniform((400, 400), 100, seed=1, name="X"),
                           random_uniform((400, 400), 100, seed=2, name="Y")), sites=2)
@@ -87,14 +213,25 @@ def test_dashboard_page_lists_the_plan_and_its_bytes():
     measured = rf.transfers()
     link = rf.dashboard_link
     assert link.startswith("http://127.0.0.1:") and link.endswith("#" + rf.token)
-    page = urllib.request.urlopen(link.split("#")[0], timeout=10).read().decode()
-    assert rf.token in page and "LocalJoin" in page
+    page = _get(link.split("#")[0])
+    assert rf.token in page and "LocalJoin" in page and rf.node.label in page  # the full label
     assert f"{rf.plan.cost.bytes_moved:,}" in page and f"{measured:,} bytes" in page
-    import json
-
-    plans = json.loads(urllib.request.urlopen(link.split("/tra-dask")[0] + "/tra-dask/api/plans", timeout=10).read())
-    mine = next(p for p in plans if p["token"] == rf.token)
+    assert "href='/status'" in page  # back to Dask's dashboard
+    assert len(re.findall(rf"id='tra-op-{rf.token}-(\d+)'", page)) == len(_api(rf)["nodes"])  # the drawing
+    mine = _api(rf)
     assert mine["done"] == mine["total"] > 0 and mine["predicted_bytes"] == rf.plan.cost.bytes_moved
+    assert mine["title"] == rf.node.label and mine["measured_bytes"] == measured == mine["live_bytes"]
+
+
+def test_dask_dashboard_renders_and_links_to_the_tra_dask_page():
+    rf = td.submit(td.from_numpy(np.ones((4, 4)), 2), sites=2).wait()  # registers the plugin
+    base = rf.dashboard_link.split("/tra-dask")[0]
+    status = _get(base + "/status")
+    assert "needs bokeh" not in status  # what Dask serves there without bokeh
+    bokeh_js = re.search(r'<script src="(static/js/bokeh\.min\.js[^"]*)"', status)
+    assert bokeh_js and len(_get(f"{base}/{bokeh_js.group(1)}")) > 100_000  # served by Dask's Bokeh server
+    assert '<a href="tra-dask">' in status  # in the top bar of every Dask page
+    assert '<a href="tra-dask">' in _get(base + "/workers")
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
@@ -102,27 +239,37 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shuti
 
 class Slow:
     def __call__(self, key):
-        time.sleep(0.4)
+        time.sleep(0.3)
         return np.ones((50, 50))
+
+
+def _chromium(tmp_path, *args, timeout=60):
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    return subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=timeout).stdout
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium here (.ci/run installs Debian's chromium)")
 def test_browser_sees_the_running_plan(tmp_path):
     R = td.from_function(Slow(), (400, 400), 50, "float64", name="slow")
-    rf = td.submit(matmul(R, R), sites=2)  # ~16 s of loading on 2 workers: still running while we look
+    rf = td.submit(matmul(R, R), sites=2)  # 64 loads of 0.3 s on 2 workers: ~10 s, still running while we look
     url = rf.dashboard_link.split("#")[0]
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}"]
+    live = re.compile(r"id=.live-" + rf.token + r".>([\d,]+) bytes<")
+    deadline = time.monotonic() + 20
+    while int(live.search(_get(url)).group(1).replace(",", "")) == 0:  # the first broadcast chunks land
+        assert time.monotonic() < deadline, "no bytes counted on the page"
+        time.sleep(0.2)
+    dom = _chromium(tmp_path, "--dump-dom", url)
+    running = not all(f.done() for f in rf.values())
     shot = tmp_path / "tra-dask-page.png"
-    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=60).stdout
-    subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", "--window-size=1200,1000", url],
-                   capture_output=True, timeout=60)
-    assert rf.token in dom
-    for op in ("LocalJoin", "LocalAggregate", "Source slow"):
-        assert op in dom
+    _chromium(tmp_path, f"--screenshot={shot}", "--window-size=1200,1400", url)
+    assert running, "the plan finished before the browser looked"
+    seen = live.search(dom)
+    assert seen and int(seen.group(1).replace(",", "")) > 0  # counted on the scheduler, no client call yet
+    assert rf.token in dom and "Source slow" in dom and "Broadcast" in dom and "LocalAggregate" in dom
     assert f"{rf.plan.cost.bytes_moved:,}" in dom  # predicted bytes on the page
-    assert "running" in dom and "tasks done" in dom
-    assert not all(f.done() for f in rf.values())  # the plan was still running
+    assert "running" in dom and "tasks done" in dom and "<svg" in dom
     assert shot.exists() and shot.stat().st_size > 5000
-    rf.client.cancel(list(rf.values()))
+    rf.wait(timeout=60)
+    assert _api(rf)["live_bytes"] == rf.transfers() == rf.plan.cost.bytes_moved
