@@ -240,3 +240,18 @@ def test_array_results_compute_to_arrays(client):
     got_s, got_m = dask.compute(s, m)
     np.testing.assert_allclose(got_s, a.sum(), rtol=1e-12)
     np.testing.assert_allclose(got_m, a.max(axis=0), rtol=1e-12)
+
+
+def test_a_submission_has_the_name_given_on_the_dashboard(client):
+    from tra_dask.dashboard import TraScheduler
+
+    x, C = _mm(seed=4)
+    rf = td.submit(C, client=client, name="my product")
+    r = td.submit(td.from_array(x).sum(), client=client, name="my sum")
+    rf.wait(), r.wait()
+
+    def names(dask_scheduler):
+        return {t: p.record["name"] for t, p in dask_scheduler.plugins[TraScheduler.name].plans.items()}
+
+    got = client.run_on_scheduler(names)
+    assert got[rf.token] == "my product" and got[r.token] == "my sum"

@@ -213,8 +213,9 @@ def submit(x, client=None, sites=None, **kw):
 
     from ..runtime import ArrayFutures
 
+    name = kw.pop("name", None)
     p, client, workers = plan(x, client, sites, **kw)
-    out = _submit(p, client, workers)
+    out = _submit(p, client, workers, name=name)
     return tuple(ArrayFutures.of(o) for o in out) if isinstance(out, tuple) else ArrayFutures.of(out)
 
 

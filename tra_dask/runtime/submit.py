@@ -46,7 +46,8 @@ def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool =
 
 
 def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: bool = True,
-           memory_limit: float | None = None, cost_model: str = "exact", objective=None, calibrate: bool = True):
+           memory_limit: float | None = None, cost_model: str = "exact", objective=None, calibrate: bool = True,
+           name: str | None = None):
     """Run a TRA expression (or a Plan) on a Dask cluster; futures back.
 
     Parameters
@@ -65,6 +66,9 @@ def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: 
     calibrate : bool
         For the time objective: measure the cluster once (cached) rather than use
         the default :class:`~tra_dask.ClusterSpec`.
+    name : str, optional
+        What the dashboard's tra_dask page calls this submission (default: its
+        outputs' labels).
 
     Returns
     -------
@@ -79,7 +83,7 @@ def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: 
     else:
         plan = plan_for(expr_or_plan, client, workers, optimize=optimize, memory_limit=memory_limit,
                         cost_model=cost_model, objective=objective, calibrate=calibrate)
-    return _run(plan, client, workers)
+    return _run(plan, client, workers, name)
 
 
 def _workers_memory_limit(client: Client, workers: list[str]) -> float | None:
@@ -89,12 +93,12 @@ def _workers_memory_limit(client: Client, workers: list[str]) -> float | None:
     return float(min(limits)) if limits else None
 
 
-def _run(plan: Plan, client: Client, workers: list[str]):
+def _run(plan: Plan, client: Client, workers: list[str], name: str | None = None):
     token = uuid.uuid4().hex[:10]
     lowered = lower(plan, workers, token)
     recorded = _ensure_recorder(client)
     if recorded:
-        _publish(plan, lowered, client)
+        _publish(plan, lowered, client, name)
     started = time.time()
     keepalive: dict = {}
     keepalive.update(scatter_once(client, lowered))
@@ -152,7 +156,7 @@ def _publish(plan: Plan, lowered: Lowered, client: Client, name: str | None = No
 def compute(expr, client: Client | None = None, sites=None, progress: bool = True, **kw):
     """Run ``expr`` and gather: ``{key: chunk}`` (or a tuple/dict of them), with Dask's
     progress bar (``progress=False`` for none).  Keyword arguments go to
-    :func:`submit` (``optimize``, ``memory_limit``, ``cost_model``, ``objective``, ``calibrate``)."""
+    :func:`submit` (``optimize``, ``memory_limit``, ``cost_model``, ``objective``, ``calibrate``, ``name``)."""
     out = submit(expr, client=client, sites=sites, **kw)
     items, rebuild = _flatten_futures(out)
     if progress:
