@@ -128,7 +128,7 @@ def _visit_source(node: PSource, w: NodeWork, task_keys: list, out: Lowered):
             chunk = src.load(tk)
             worker = out.workers[site]
             if isinstance(chunk, np.ndarray):
-                chunk = np.ascontiguousarray(chunk)
+                # a view: copied (if not contiguous) only when sent, one worker's chunks at a time;
                 # named by content, position and worker, so a later submission of the same
                 # data finds it there (runtime's scatter cache) and it is not sent again
                 key = task_keys[j] = (f"tra-data-{tokenize(chunk)}", worker) + tuple(int(v) for v in tk)

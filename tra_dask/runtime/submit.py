@@ -102,6 +102,9 @@ def _run(plan: Plan, client: Client, workers: list[str], name: str | None = None
     started = time.time()
     keepalive: dict = {}
     keepalive.update(scatter_once(client, lowered))
+    # sent: keep the keys (transfers() reads them), not this process's copies of the data
+    lowered.scatter = {w: dict.fromkeys(d) for w, d in lowered.scatter.items()}
+    lowered.scatter_owner = {}
     for node in toposort(plan.outputs):  # cluster-resident sources stay alive while we run
         src = getattr(node, "source", None)
         if isinstance(src, ClusterSource):
