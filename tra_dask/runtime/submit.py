@@ -133,7 +133,7 @@ def _publish(plan: Plan, lowered: Lowered, client: Client, name: str | None = No
     index = {n: i for i, n in enumerate(order)}
     record = {
         "token": lowered.token,
-        "label": " + ".join(o.label for o in plan.outputs),
+        "label": " + ".join(_title(o) for o in plan.outputs),
         "explain": plan.explain(),
         "strategies": plan.strategies(),
         "predicted_bytes": int(plan.cost.bytes_moved),
@@ -154,6 +154,16 @@ def _publish(plan: Plan, lowered: Lowered, client: Client, name: str | None = No
         client.run_on_scheduler(_add_plan, record=record)
     except Exception:  # the page is a convenience; the run does not depend on it
         pass
+
+
+def _title(node) -> str:
+    """A whole (not cut-off) name for a plan output: its label where that is short,
+    else its operator over the sources it reads."""
+    label = node.label
+    if not label.endswith("..."):
+        return label
+    sources = dict.fromkeys(n.label for n in toposort([node]) if not n.children)
+    return f"{node._op} over {', '.join(sources)}"
 
 
 def compute(expr, client: Client | None = None, sites=None, progress: bool = True, **kw):
