@@ -1,5 +1,6 @@
 """Writes the notebooks (without outputs) from the cells below: python notebooks/_build.py"""
 
+import hashlib
 from pathlib import Path
 
 import nbformat as nbf
@@ -12,7 +13,21 @@ def nb(name, cells):
     book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     book.cells = [nbf.v4.new_markdown_cell(c[3:].strip()) if c.startswith("md:") else nbf.v4.new_code_cell(c.strip())
                   for c in cells]
+    for i, cell in enumerate(book.cells):  # stable ids: rebuilding changes only what changed
+        cell.id = hashlib.sha1(f"{name}/{i}".encode()).hexdigest()[:8]
     nbf.write(book, HERE / f"{name}.ipynb")
+
+
+# The cluster starts in a cell of its own (with a warm-up run: workers import tra_dask,
+# the scheduler plugin registers), so no timed cell includes the start-up.
+CLUSTER = """# the cluster, in a cell of its own: its start-up is part of no timing below
+from tra_dask.runtime import embedded_client
+
+client = embedded_client(2)   # a LocalCluster on 127.0.0.1: 2 single-threaded worker processes
+w = td.from_numpy(np.ones((4, 4)), chunks=(2, 2), name="warm-up")
+warm_up = td.aggregate(td.join(w, w, (1,), (0,), "matmul"), (0, 2), "add")   # a small matmul
+assert np.allclose(td.submit(warm_up, client=client).to_numpy(), 4 * np.ones((4, 4)))   # untimed
+client"""
 
 
 nb("01-quickstart", [
@@ -36,15 +51,19 @@ C                  # the relation's exact type, no data touched""",
 assert np.allclose(td.to_numpy(C), a @ b)""",
     """plan = td.optimize(C, sites=2)
 plan   # explain tree: operators, placements, tuples, floats moved; the alternatives it considered""",
+    """md: Start the cluster in a cell of its own, so that its start-up is not counted in the
+cells below. `td.submit(..., sites=2)` with no client starts this same embedded
+`LocalCluster` (two single-threaded worker processes on 127.0.0.1) on first use.""",
+    CLUSTER,
     """assert plan.cost.floats_moved <= plan.compiled.cost.floats_moved
-rf = td.submit(C, sites=2)   # futures, one per output chunk, every task pinned to its site's worker
+rf = td.submit(C, client=client)   # futures, one per output chunk, every task pinned to its site's worker
 rf""",
     """result = rf.to_numpy()
 assert np.allclose(result, a @ b)
 print("bytes moved between workers: predicted", rf.plan.cost.bytes_moved, "measured", rf.transfers())
 assert rf.transfers() == rf.plan.cost.bytes_moved
 print(rf.dashboard_link)""",
-    """out = td.compute(td.transform(C, "relu"), sites=2)   # with a progress bar
+    """out = td.compute(td.transform(C, "relu"), client=client)   # with a progress bar
 assert np.allclose(td.to_numpy(C, out), np.maximum(a @ b, 0))""",
 ])
 
@@ -54,10 +73,9 @@ nb("02-matmul-plans", [
 The optimizer reaches the broadcast (BMM), cross-product (CMM) and replication/3-D (RMM)
 plans from the paper's single compiled plan. We run the best plan of each kind on the
 embedded cluster and compare predicted and measured bytes and the time.""",
-    """import time
+    """%matplotlib inline
+import time
 import numpy as np
-import matplotlib
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import tra_dask as td
 from tra_dask.programs import matmul, random_uniform
@@ -73,21 +91,29 @@ for p in [plan, *plan.alternatives]:
         best[kind] = p
 assert set(best) == {"BMM", "CMM", "RMM"}
 {k: p.cost.floats_moved for k, p in best.items()}""",
+    CLUSTER,
     """reference = td.to_numpy(X) @ td.to_numpy(Y)
 rows = []
 for kind, p in sorted(best.items()):
     t0 = time.perf_counter()
-    rf = td.submit(p, sites=2).wait()
+    rf = td.submit(p, client=client).wait()
     wall = time.perf_counter() - t0
     assert np.allclose(rf.to_numpy(), reference)
     assert rf.transfers() == p.cost.bytes_moved
     rows.append((kind, p.cost.bytes_moved, rf.transfers(), wall))
 rows""",
-    """fig, ax = plt.subplots(figsize=(6, 3))
-ax.bar([r[0] for r in rows], [r[2] / 2**20 for r in rows], color=["#4a7", "#47a", "#a74"])
-ax.set_ylabel("MiB moved between workers (measured)")
-ax.set_title(f"chosen: {plan.strategies()[0]}")
-fig""",
+    """kinds = [r[0] for r in rows]
+x = np.arange(len(rows))
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3))
+ax1.bar(x - 0.2, [r[1] / 2**20 for r in rows], 0.4, label="predicted", color="#bbb")
+ax1.bar(x + 0.2, [r[2] / 2**20 for r in rows], 0.4, label="measured", color="#47a")
+ax1.set_xticks(x, kinds); ax1.set_ylabel("MiB moved between workers")
+ax1.set_ylim(0, 1.3 * max(max(r[1], r[2]) for r in rows) / 2**20); ax1.legend(loc="upper center", ncol=2)
+ax2.bar(kinds, [r[3] for r in rows], color=["#4a7", "#47a", "#a74"])
+ax2.set_ylabel("seconds (cluster already up)")
+fig.suptitle(f"chosen: {plan.strategies()[0]}")
+fig.tight_layout()
+plt.show()""",
     """chosen = plan.strategies()[0].split(" ")[0]
 assert best[chosen].cost.floats_moved == min(p.cost.floats_moved for p in best.values())""",
 ])
@@ -99,9 +125,8 @@ For a two-layer network (X: N×D, W1: D×H, W2: H×L) broadcasting the weights (
 parallelism) moves about D·H floats per site; broadcasting the data (model parallelism)
 about N·D. As the hidden layer H grows the optimizer switches: here is the crossover,
 keys only (nothing is computed), then one real SGD step on the cluster.""",
-    """import numpy as np
-import matplotlib
-matplotlib.use("Agg")
+    """%matplotlib inline
+import numpy as np
 import matplotlib.pyplot as plt
 import tra_dask as td
 from tra_dask.programs import ffnn_sgd_step
@@ -134,14 +159,15 @@ for kind, colour in (("data-parallel", "#47a"), ("model-parallel", "#a74")):
     if pts:
         ax.loglog(*zip(*pts), "o-", color=colour, label=kind)
 ax.set_xlabel("hidden units H"); ax.set_ylabel("floats moved (chosen plan)"); ax.legend()
-fig""",
+plt.show()""",
+    CLUSTER,
     """rng = np.random.default_rng(0)
 n, d, h, l = 64, 20, 30, 5
 x, y = rng.normal(size=(n, d)), np.eye(l)[rng.integers(0, l, n)]
 w1, w2 = rng.normal(size=(d, h)) * 0.3, rng.normal(size=(h, l)) * 0.3
 W1_new, W2_new = ffnn_sgd_step(td.from_numpy(x, (16, 10)), td.from_numpy(y, (16, 5)),
                                td.from_numpy(w1, (10, 15)), td.from_numpy(w2, (15, 5)), 0.5)
-r1, r2 = td.compute((W1_new, W2_new), sites=2)
+r1, r2 = td.compute((W1_new, W2_new), client=client)
 e1, e2 = td.evaluate((W1_new, W2_new))
 assert np.allclose(td.to_numpy(W1_new, r1), td.to_numpy(W1_new, e1))
 assert np.allclose(td.to_numpy(W2_new, r2), td.to_numpy(W2_new, e2))
@@ -154,7 +180,7 @@ nb("04-real-cluster", [
 The cell below starts what you would type in a shell (`dask scheduler --host 127.0.0.1
 --scheduler-file …` and two `dask worker --scheduler-file …`), then we connect, run a
 TRA program, open the tra_dask page of the dashboard, and shut the cluster down.""",
-    """import json, os, subprocess, sys, tempfile, time, urllib.request
+    """import atexit, json, os, subprocess, sys, tempfile, time, urllib.request
 from pathlib import Path
 
 dask_cmd = str(Path(sys.executable).with_name("dask"))
@@ -171,14 +197,17 @@ for _ in range(600):
 procs += [subprocess.Popen([dask_cmd, "worker", "--scheduler-file", str(sched_file), "--host", "127.0.0.1",
                             "--nthreads", "1", "--dashboard-address", "127.0.0.1:0"],
                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
+atexit.register(lambda: [p.kill() for p in procs if p.poll() is None])   # if the kernel stops early
 json.loads(sched_file.read_text())["address"]""",
+    """from distributed import Client
+
+client = Client(scheduler_file=str(sched_file), timeout=60)   # connect, in a cell of its own
+client.wait_for_workers(2, timeout=60)
+client""",
     """import numpy as np
-from distributed import Client
 import tra_dask as td
 from tra_dask.programs import matmul, random_uniform
 
-client = Client(scheduler_file=str(sched_file))
-client.wait_for_workers(2, timeout=60)
 X = random_uniform((400, 400), 100, seed=1, name="X")
 rf = td.submit(matmul(X, X), client=client)
 assert np.allclose(rf.to_numpy(), td.to_numpy(X) @ td.to_numpy(X))
