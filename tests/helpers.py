@@ -1,6 +1,8 @@
 """Shared test data and checks."""
 import numpy as np
 
+import tra_dask as td
+
 # The paper's matrix A (§2.2) and its tensor relation R_A with 2x2 chunks.
 PAPER_A = np.array(
     [[1, 2, 5, 6], [3, 4, 7, 8], [9, 10, 13, 14], [11, 12, 15, 16]], dtype=np.float64
@@ -15,3 +17,20 @@ def assert_chunks_equal(got: dict, want: dict):
     assert sorted(got) == sorted(want)
     for k in want:
         np.testing.assert_array_equal(got[k], want[k], err_msg=f"chunk {k}")
+
+
+# Kernels that lie about their output (registered once: test modules import them from here;
+# CLI workers find this module on PYTHONPATH)
+@td.kernel(name="liar", shape="same")
+def liar(x):
+    return x[:, :1]  # declares "same" but returns one column
+
+
+@td.kernel(name="float32_liar", shape="same")
+def dtype_liar(x):
+    return x.astype(np.float32)
+
+
+@td.kernel(name="binary_liar", shape="same")
+def binary_liar(a, b):
+    return (a + b)[:1]

@@ -19,6 +19,8 @@ import tra_dask as td
 from tra_dask.programs import matmul
 from tra_dask.runtime import cluster as runtime_cluster
 
+from helpers import binary_liar as _binary_liar, dtype_liar as _dtype_liar, liar as _liar
+
 
 @pytest.fixture(scope="module")
 def client():
@@ -79,16 +81,6 @@ def test_the_open_client_is_used(client):
     np.testing.assert_allclose(td.compute(td.einsum("ij,jk->ik", x, x)), x @ x, rtol=1e-12)
 
 
-@td.kernel(name="liar", shape="same")
-def _liar(x):
-    return x[:, :1]  # declares "same" but returns one column
-
-
-@td.kernel(name="float32_liar", shape="same")
-def _dtype_liar(x):
-    return x.astype(np.float32)
-
-
 @pytest.mark.parametrize("kernel, got", [(_liar, "(2, 1) and dtype float64"), (_dtype_liar, "(2, 2) and dtype float32")])
 def test_a_lying_kernel_fails_on_the_worker_with_its_name(client, kernel, got):
     A = td.from_numpy(np.ones((4, 4)), (2, 2), name="A")
@@ -100,11 +92,6 @@ def test_a_lying_kernel_fails_on_the_worker_with_its_name(client, kernel, got):
         rf.to_dask_array().compute()
     with pytest.raises(RuntimeError, match=kernel.name):
         td.submit(td.transform(A, kernel), client=client).gather()
-
-
-@td.kernel(name="binary_liar", shape="same")
-def _binary_liar(a, b):
-    return (a + b)[:1]
 
 
 def test_lying_join_and_aggregation_kernels_fail_on_the_worker(client):

@@ -80,7 +80,8 @@ def test_submit_on_a_dask_scheduler_cluster(real_cluster):
 def test_dask_native_on_a_dask_scheduler_cluster(real_cluster):
     """Dask's own calls, the open client, a lying kernel, reductions to dask arrays and
     data sent once — on `dask scheduler`/`dask worker` processes."""
-    from test_dask_native import _binary_liar, check_dask_protocols
+    from helpers import binary_liar
+    from test_dask_native import check_dask_protocols
 
     sched_file, procs = real_cluster
     with Client(scheduler_file=str(sched_file), timeout="30s") as client:  # the default client
@@ -101,4 +102,4 @@ def test_dask_native_on_a_dask_scheduler_cluster(real_cluster):
         rows = td.aggregate(td.transform(X, "row_sum"), (0,), "add")
         np.testing.assert_allclose(td.submit(rows).to_dask_array().compute(), x.sum(axis=1, keepdims=True), rtol=1e-12)
         with pytest.raises(RuntimeError, match="kernel 'binary_liar'"):
-            td.submit(td.aggregate(X, (0,), _binary_liar)).to_numpy()
+            td.submit(td.aggregate(X, (0,), binary_liar)).to_numpy()

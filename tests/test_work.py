@@ -123,8 +123,9 @@ def check_work(plan):
         w = work[n]
         for t, x in enumerate(work.tasks(n)):
             key = (f"{n._op}-{i}-tok", x.tuple)
-            if w.kind == "scatter":
-                assert key in lo.scatter[workers[x.site]]
+            if w.kind == "scatter":  # named by content, position and worker (the scatter cache)
+                key = lo.node_keys[n][x.tuple]
+                assert key in lo.scatter[workers[x.site]] and key[1] == workers[x.site]
             else:
                 assert lo.planned[key] == workers[x.site] and key in lo.layers[workers[x.site]]
 
