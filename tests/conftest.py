@@ -3,6 +3,10 @@ import pytest
 import tra_dask as td
 from helpers import PAPER_A, PAPER_B
 
+# imported by the tests as `helpers`; collected for doctests it would be imported a second time
+# (and register its kernels twice)
+collect_ignore = ["helpers.py"]
+
 
 @pytest.fixture
 def RA():

@@ -19,8 +19,8 @@ def assert_chunks_equal(got: dict, want: dict):
         np.testing.assert_array_equal(got[k], want[k], err_msg=f"chunk {k}")
 
 
-# Kernels that lie about their output (registered once: test modules import them from here;
-# CLI workers find this module on PYTHONPATH)
+# Kernels that lie about their output (test modules import them from here, once: conftest keeps
+# the doctest collection from importing this file again; CLI workers find it on PYTHONPATH)
 @td.kernel(name="liar", shape="same")
 def liar(x):
     return x[:, :1]  # declares "same" but returns one column
