@@ -23,6 +23,8 @@ No Dask graph optimisation or fusion runs on the result: tasks are grouped into 
 
 from __future__ import annotations
 
+import uuid
+import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -131,10 +133,30 @@ def _visit_source(node: PSource, w: NodeWork, task_keys: list, out: Lowered):
                 # a view: copied (if not contiguous) only when sent, one worker's chunks at a time;
                 # named by content, position and worker, so a later submission of the same
                 # data finds it there (runtime's scatter cache) and it is not sent again
-                key = task_keys[j] = (f"tra-data-{tokenize(chunk)}", worker) + tuple(int(v) for v in tk)
-                out.scatter_owner[key] = getattr(src, "array", chunk)
+                owner = getattr(src, "array", chunk)
+                key = task_keys[j] = (f"tra-data-{_tag(owner)}-{tokenize(chunk)}", worker) + tuple(int(v) for v in tk)
+                out.scatter_owner[key] = owner
             out.scatter[worker][key] = chunk
             out.planned[key] = worker
+
+
+_TAGS: dict = {}  # id(array) -> a tag unique to that array object while it lives
+
+
+def _tag(owner) -> str:
+    """A name unique to ``owner`` (the array chunks are cut from) for its lifetime: keys
+    of two arrays never coincide, even with equal content (Dask must not see a key
+    made again while its release is still on the way)."""
+    ident = id(owner)
+    tag = _TAGS.get(ident)
+    if tag is None:
+        tag = uuid.uuid4().hex[:8]
+        try:
+            weakref.finalize(owner, _TAGS.pop, ident, None)
+        except TypeError:  # not weak-referenceable: a new name each time (sent each time)
+            return tag
+        _TAGS[ident] = tag
+    return tag
 
 
 def _visit_move(node, w: NodeWork, task_keys: list, out: Lowered):

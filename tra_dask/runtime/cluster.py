@@ -181,8 +181,12 @@ def _workers(client: Client, sites) -> list[str]:
     chosen = list(sites)
     missing = [w for w in chosen if w not in available]
     if missing:
-        raise ValueError(f"sites {missing} are not workers of this cluster; workers: {available}")
+        raise _Vanished(f"sites {missing} are not workers of this cluster; workers: {available}")
     return chosen
+
+
+class _Vanished(ValueError):
+    """Named sites that are not (or no longer) workers of the cluster."""
 
 
 def _resolve(client, sites):
@@ -212,32 +216,132 @@ def _who_has(client: Client, keys: list) -> dict:
     return client.run_on_scheduler(ask)
 
 
+class WorkersLeft(RuntimeError):
+    """Workers that a plan pins tasks to left the cluster or stopped answering
+    (``gone``: their addresses): those tasks cannot run."""
+
+    def __init__(self, message: str, gone):
+        super().__init__(message)
+        self.gone = frozenset(gone)
+
+
+def worker_timeout() -> float:
+    """Seconds without a heartbeat after which a worker counts as frozen (stuck in C
+    code, swapping, a paused VM): ``dask.config`` ``tra-dask.worker-timeout``, default 20 s."""
+    from dask.utils import parse_timedelta
+
+    return float(parse_timedelta(dask.config.get("tra-dask.worker-timeout", "20s")))
+
+
+def _liveness(client: Client, pinned, timeout: float) -> tuple[set, set]:
+    """``(missing, frozen)``: pinned workers the scheduler does not have, and those it
+    has not heard from for ``timeout`` seconds longer than from the freshest worker."""
+
+    def ask(dask_scheduler, pinned=tuple(pinned)):
+        workers = dask_scheduler.workers
+        freshest = max((ws.last_seen for ws in workers.values()), default=0.0)
+        return {w: freshest - workers[w].last_seen for w in pinned if w in workers}
+
+    # silent relative to the worker heard from last, so that a scheduler that was itself
+    # busy (its loop blocked, so no heartbeats were read) does not make everyone frozen
+    silent = client.run_on_scheduler(ask)
+    return set(pinned) - set(silent), {w for w, s in silent.items() if s > timeout}
+
+
+def remove_workers(client: Client, addresses) -> None:
+    """Take frozen workers out of the cluster (the scheduler forgets their data and
+    sends them no more work; a worker that wakes up reconnects as a new one)."""
+
+    async def drop(dask_scheduler, addresses=tuple(addresses)):
+        for a in addresses:
+            if a in dask_scheduler.workers:
+                await dask_scheduler.remove_worker(address=a, stimulus_id=f"tra-dask-frozen-{time.time()}", close=True)
+
+    client.run_on_scheduler(drop)
+
+
 def _wait_done(futures, client: Client | None = None, pinned=(), timeout: float | None = None) -> None:
     """Poll until every future is done (``distributed.wait`` needs a default client,
-    which an embedded cluster is not).  With ``pinned`` workers, fail fast if one of
-    them leaves the cluster: tasks pinned to it could never run."""
+    which an embedded cluster is not).  With ``pinned`` workers, raise
+    :class:`WorkersLeft` as soon as one of them leaves the cluster or stops answering
+    (:func:`worker_timeout`; it is then removed from the cluster): tasks pinned to it
+    could never run.  Every wait on a plan's futures goes through here."""
     deadline = None if timeout is None else time.monotonic() + timeout
     pending, last_check, missing = list(futures), 0.0, set()
+    frozen_after = worker_timeout() if pinned else None
     while pending:
         pending = [f for f in pending if not f.done()]
         if not pending:
+            _check_lost(futures, client, pinned)
             return
         now = time.monotonic()
         if pinned and now - last_check > 0.5:
             last_check = now
-            # gone in two checks in a row (0.5 s apart): one answer without a worker
-            # has been seen while the cluster was busy and every worker was alive
-            now_missing = set(pinned) - set(workers_info(client))
+            now_missing, frozen = _liveness(client, pinned, frozen_after)
+            # missing in two checks in a row (0.5 s apart), so that a worker list read
+            # in the middle of a change does not count
             gone, missing = now_missing & missing, now_missing
-            if gone:
-                sites = sorted(list(pinned).index(w) for w in gone)
-                raise RuntimeError(
-                    f"worker(s) {sorted(gone)} (site(s) {sites}) left the cluster; tasks of this plan "
-                    f"are pinned to them and cannot run (re-submit on the remaining workers)"
-                )
+            if frozen:
+                remove_workers(client, frozen)
+            if gone or frozen:
+                lost = gone | frozen
+                sites = sorted(list(pinned).index(w) for w in lost)
+                how = "stopped answering (no heartbeat for " + f"{frozen_after:g} s)" if frozen else "left the cluster"
+                raise WorkersLeft(
+                    f"worker(s) {sorted(lost)} (site(s) {sites}) {how}; tasks of this plan are pinned "
+                    f"to them and cannot run", lost)
         if deadline is not None and now > deadline:
             raise TimeoutError(f"{len(pending)} of {len(futures)} chunks not done after {timeout} s")
         time.sleep(0.02)
+
+
+def _check_lost(futures, client: Client, pinned) -> None:
+    """Futures the scheduler cancelled (it forgets a finished key whose only copy was
+    on a worker that died and whose task is pinned there): :class:`WorkersLeft` when
+    pinned workers are gone."""
+    if not pinned or not any(f.status in ("cancelled", "lost") for f in futures):
+        return
+    gone = set(pinned) - set(workers_info(client))
+    if gone:
+        raise WorkersLeft(f"worker(s) {sorted(gone)} holding results of this plan left the cluster", gone)
+
+
+def watched(fn, client: Client, pinned):
+    """``fn()`` (a blocking call on ``client``, e.g. a gather), run in a thread while
+    the pinned workers are watched as in :func:`_wait_done`: if one of them is lost,
+    :class:`WorkersLeft` is raised at once (Dask's gather would retry a lost worker's
+    keys forever; the abandoned call ends when the recovery cancels them)."""
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed to the caller
+            box["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True, name="tra-dask-watched")
+    thread.start()
+    timeout, missing = worker_timeout(), set()
+    while True:
+        thread.join(0.5)
+        if not thread.is_alive():
+            break
+        now_missing, frozen = _liveness(client, pinned, timeout)
+        gone, missing = now_missing & missing, now_missing
+        if frozen:
+            remove_workers(client, frozen)
+        if gone or frozen:
+            raise WorkersLeft(f"worker(s) {sorted(gone | frozen)} holding results of this plan were lost", gone | frozen)
+    if "error" in box:
+        from distributed.client import FutureCancelledError
+
+        if isinstance(box["error"], FutureCancelledError):
+            gone = set(pinned) - set(workers_info(client))
+            if gone:
+                raise WorkersLeft(f"worker(s) {sorted(gone)} holding results of this plan left the cluster",
+                                  gone) from box["error"]
+        raise box["error"]
+    return box["value"]
 
 
 class _FetchFromCluster:

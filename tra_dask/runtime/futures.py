@@ -14,7 +14,68 @@ from ..logical.nodes import toposort
 from ..lowering import Lowered
 from ..optimizer import Plan
 from ..types import RelationType
-from .cluster import _FetchFromCluster, _check_client, _wait_done
+from .cluster import WorkersLeft, _FetchFromCluster, _Vanished, _check_client, _wait_done, watched, workers_info
+
+MAX_RECOVERIES = 5
+
+
+class Submission:
+    """What one submission ran, shared by its outputs: enough to run it again.
+
+    Recovery (a watcher in the client, not a scheduler plugin: the client holds what a
+    re-plan needs — the expression, in-process data, the optimizer — and every wait
+    on a plan's results goes through :func:`~tra_dask.runtime.cluster._wait_done`,
+    which notices a pinned worker that left or froze).  :meth:`recover` plans the
+    expression again on the workers there are now (a worker that joined counts) and
+    submits it: data still on the cluster stays where it is (a fixed placement of the
+    new plan), in-process data is sent again, ``from_function`` chunks are made again,
+    dask-array blocks Dask itself recomputes, and results of earlier submissions that
+    were lost recover first (the same way).  The outputs' futures are then replaced
+    in place, so the user's ``rf`` objects resolve to the exact result."""
+
+    def __init__(self, plan: Plan, client: Client, kw: dict):
+        self.plan, self.client, self.kw = plan, client, dict(kw)
+        self.outputs: list = []
+        self.history: list = []  # (seconds after the first start, message) per recovery
+
+    def recover(self, error: WorkersLeft) -> None:
+        from ..logical import flatten_outputs
+        from .resident import refresh_sources
+        from .submit import _flatten_futures, submit
+
+        if len(self.history) >= MAX_RECOVERIES:
+            raise RuntimeError(f"{error} — gave up after {len(self.history)} recoveries") from error
+        if self.plan.expr is None:
+            raise RuntimeError(f"{error}; this plan was built by hand, so it cannot be planned again on the "
+                               f"remaining workers: re-submit it") from error
+        expr = refresh_sources(self.plan.expr, self.client)
+        for attempt in range(5):  # the worker list may change while we plan (more may leave)
+            workers = sorted(set(workers_info(self.client)) - set(error.gone))
+            if not workers:
+                raise RuntimeError(f"{error}; no workers are left to run it on") from error
+            try:
+                new = submit(expr, self.client, workers, **self.kw)
+                break
+            except (_Vanished, WorkersLeft):
+                if attempt == 4:
+                    raise
+                time.sleep(0.2)
+        olds, news = _flatten_futures(self.plan.rebuild(self.outputs))[0], _flatten_futures(new)[0]
+        if len(olds) != len(news) or len(flatten_outputs(expr)[0]) != len(news):
+            raise RuntimeError(f"{error}; re-planning gave another number of outputs (a bug)") from error
+        stale = [f for rf in olds for f in rf._futures.values() if f.key in rf.lowered.graph_keys()]
+        sub = news[0]._submission
+        sub.history = self.history + [(time.time(), f"{error}; planned again on {len(workers)} worker(s)")]
+        for old, fresh in zip(olds, news):
+            extra = {k: v for k, v in old.__dict__.items() if k not in fresh.__dict__}
+            old.__dict__.clear()
+            old.__dict__.update(fresh.__dict__, **extra)
+        sub.outputs = olds
+        try:
+            self.client.cancel(stale, force=True)  # tasks pinned to the lost workers
+        except Exception:
+            pass
+
 
 class RelationFutures(Mapping):
     """The result of a submission: ``{TRA key: distributed.Future}``.
@@ -35,12 +96,13 @@ class RelationFutures(Mapping):
     """
 
     def __init__(self, futures: dict, plan: Plan, node, client: Client, lowered: Lowered, started: float,
-                 keepalive: dict, recorded: bool):
+                 keepalive: dict, recorded: bool, submission: Submission | None = None):
         self._futures = dict(sorted(futures.items()))
         self.plan, self.node, self.client, self.lowered = plan, node, client, lowered
         self.token = lowered.token
         self._started, self._keepalive, self._recorded = started, keepalive, recorded
         self._finished = None
+        self._submission = submission or Submission(plan, client, {})
 
     # -- Mapping -----------------------------------------------------------
     def __getitem__(self, key):
@@ -78,10 +140,18 @@ class RelationFutures(Mapping):
 
     # -- waiting -----------------------------------------------------------
     def wait(self, timeout: float | None = None) -> "RelationFutures":
-        """Wait until every chunk is computed.  Raises the first task error, or a
-        clear error if a worker that the plan pins tasks to leaves the cluster."""
+        """Wait until every chunk is computed.  Raises the first task error.  If a
+        worker that the plan pins tasks to leaves the cluster or stops answering, the
+        submission is planned again on the workers there are and run (see
+        :class:`Submission`; ``.recoveries`` says what happened): this object's
+        futures are replaced, so take ``rf[key]`` futures after ``wait()``."""
         _check_client(self.client)
-        _wait_done(list(self._futures.values()), self.client, self.lowered.workers, timeout)
+        while True:
+            try:
+                _wait_done(list(self._futures.values()), self.client, self.lowered.workers, timeout)
+                break
+            except WorkersLeft as e:
+                self._submission.recover(e)
         if self._finished is None:
             self._finished = time.time()
         for f in self._futures.values():
@@ -90,10 +160,20 @@ class RelationFutures(Mapping):
         self._keepalive.clear()  # the inputs may go now
         return self
 
+    @property
+    def recoveries(self) -> list:
+        """``(time, what happened)`` for each time this submission was planned again."""
+        return list(self._submission.history)
+
     def gather(self) -> dict:
-        """``{key: chunk}`` in this process."""
-        self.wait()
-        return self.client.gather(dict(self._futures))
+        """``{key: chunk}`` in this process (a worker lost while the chunks travel
+        here is recovered from, as in :meth:`wait`)."""
+        while True:
+            self.wait()
+            try:
+                return watched(lambda: self.client.gather(dict(self._futures)), self.client, self.lowered.workers)
+            except WorkersLeft as e:
+                self._submission.recover(e)
 
     def to_numpy(self):
         return to_numpy(self.node, self.gather())

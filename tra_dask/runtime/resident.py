@@ -14,7 +14,7 @@ from ..logical.nodes import toposort
 from ..optimizer import Plan
 from ..physical import KeySites
 from ..types import RelationType
-from .cluster import _FetchFromCluster, _wait_done, _who_has
+from .cluster import WorkersLeft, _FetchFromCluster, _wait_done, _who_has, workers_info
 
 def _keeper_futures(src: ClusterSource) -> list:
     from .futures import RelationFutures
@@ -25,6 +25,25 @@ def _keeper_futures(src: ClusterSource) -> list:
     if isinstance(keeper, tuple):  # from_dask_array: (array, futures)
         return list(keeper[1])
     return []
+
+
+def refresh_sources(expr, client: Client):
+    """``expr`` with every input that is an earlier submission's result waited for
+    (which recovers it if one of its workers was lost) and, where it was recovered,
+    replaced by the new result (same type, other keys)."""
+    from ..logical.evaluate import substitute
+    from .futures import RelationFutures
+
+    mapping = {}
+    for node in toposort(flatten_outputs(expr)[0]):
+        keeper = getattr(node, "keeper", None) if isinstance(node, ClusterSource) else None
+        if isinstance(keeper, RelationFutures) and keeper.client is client:
+            keeper.wait()
+            current = {f.key for f in keeper.values()}
+            if not all(dk in current for _, dk in node.dask_keys):  # recovered: same chunks, new keys
+                mapping[node] = ClusterSource(tuple((k, keeper[k].key) for k, _ in node.dask_keys), node.type,
+                                              node.name, node.fetch, keeper=keeper)
+    return substitute(expr, mapping) if mapping else expr
 
 
 def _check_cluster_source(src: ClusterSource, client: Client) -> None:
@@ -141,7 +160,12 @@ def scatter_once(client: Client, lowered) -> dict:
                 fresh[key] = chunk
         if not fresh:
             continue
-        sent = client.scatter(fresh, workers=[worker])
+        try:
+            sent = client.scatter(fresh, workers=[worker])
+        except KeyError as e:  # the scheduler no longer has this worker
+            if worker in set(workers_info(client)):
+                raise
+            raise WorkersLeft(f"worker {worker} left the cluster before this plan's data reached it", {worker}) from e
         out.update(sent)
         for key, f in sent.items():
             owner = lowered.scatter_owner.get(key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
@@ -13,9 +14,9 @@ from ..logical.nodes import toposort
 from ..lowering import Lowered, lower
 from ..optimizer import Plan, compile
 from ..optimizer import optimize as _optimize
-from .cluster import _ensure_recorder, _resolve, workers_info
-from .futures import RelationFutures
-from .resident import _check_plan_sources, _cluster_placements, scatter_once
+from .cluster import WorkersLeft, _ensure_recorder, _resolve, _Vanished, workers_info
+from .futures import RelationFutures, Submission
+from .resident import _check_plan_sources, _cluster_placements, refresh_sources, scatter_once
 
 def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool = True,
              memory_limit: float | None = None, cost_model: str = "exact", objective=None,
@@ -30,6 +31,7 @@ def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool =
     client, workers = _resolve(client, sites)
     if not isinstance(expr, (Relation, tuple, list, dict)) and hasattr(expr, "__tra_relation__"):
         expr = expr.__tra_relation__()
+    expr = refresh_sources(expr, client)
     placements = _cluster_placements(expr, client, workers) or None
     if not optimize:
         return compile(expr, sites=len(workers), placements=placements, cost_model=cost_model)
@@ -74,16 +76,27 @@ def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: 
     -------
     RelationFutures, or a tuple/dict of them for several outputs.
     """
-    client, workers = _resolve(client, sites)
-    if isinstance(expr_or_plan, Plan):
-        plan = expr_or_plan
-        if plan.sites != len(workers):
-            raise ValueError(f"the plan is for {plan.sites} sites but {len(workers)} workers were chosen")
-        _check_plan_sources(plan, client, workers)
-    else:
-        plan = plan_for(expr_or_plan, client, workers, optimize=optimize, memory_limit=memory_limit,
-                        cost_model=cost_model, objective=objective, calibrate=calibrate)
-    return _run(plan, client, workers, name)
+    kw = dict(optimize=optimize, memory_limit=memory_limit, cost_model=cost_model, objective=objective,
+              calibrate=calibrate, name=name)
+    for attempt in range(3):
+        client, workers = _resolve(client, sites)
+        if isinstance(expr_or_plan, Plan):
+            plan = expr_or_plan
+            if plan.sites != len(workers):
+                raise ValueError(f"the plan is for {plan.sites} sites but {len(workers)} workers were chosen")
+            _check_plan_sources(plan, client, workers)
+        try:
+            if not isinstance(expr_or_plan, Plan):
+                plan = plan_for(expr_or_plan, client, workers, optimize=optimize, memory_limit=memory_limit,
+                                cost_model=cost_model, objective=objective, calibrate=calibrate)
+            return _run(plan, client, workers, name, kw)
+        except (WorkersLeft, _Vanished) as e:  # a worker left while we planned or sent: plan again
+            if isinstance(expr_or_plan, Plan):
+                raise RuntimeError(f"{e}; re-submit (a plan on all the workers there are now is made by "
+                                   f"td.submit(expr) with no sites list)") from e
+            if not (sites is None or isinstance(sites, int)) or attempt == 2:
+                raise  # the caller named the workers (the recovery does, and tries again)
+            time.sleep(0.2)
 
 
 def _workers_memory_limit(client: Client, workers: list[str]) -> float | None:
@@ -93,7 +106,7 @@ def _workers_memory_limit(client: Client, workers: list[str]) -> float | None:
     return float(min(limits)) if limits else None
 
 
-def _run(plan: Plan, client: Client, workers: list[str], name: str | None = None):
+def _run(plan: Plan, client: Client, workers: list[str], name: str | None = None, kw: dict | None = None):
     token = uuid.uuid4().hex[:10]
     lowered = lower(plan, workers, token)
     recorded = _ensure_recorder(client)
@@ -112,7 +125,7 @@ def _run(plan: Plan, client: Client, workers: list[str], name: str | None = None
     in_graph = lowered.graph_keys()
     wanted = sorted({k for o in lowered.outputs for k in o.values() if k in in_graph}, key=str)
     futures = dict(zip(wanted, client.get(lowered.graph(), wanted, sync=False))) if wanted else {}
-    results = []
+    results, submission = [], Submission(plan, client, kw or {"name": name})
     for node, keys in zip(plan.outputs, lowered.outputs):
         futs = {}
         for tra_key, dk in keys.items():
@@ -122,7 +135,8 @@ def _run(plan: Plan, client: Client, workers: list[str], name: str | None = None
                 futs[tra_key] = keepalive[dk]
             else:
                 futs[tra_key] = Future(dk, client)
-        results.append(RelationFutures(futs, plan, node, client, lowered, started, keepalive, recorded))
+        results.append(RelationFutures(futs, plan, node, client, lowered, started, keepalive, recorded, submission))
+    submission.outputs = results
     return plan.rebuild(results)
 
 
@@ -167,25 +181,62 @@ def _title(node) -> str:
 
 
 def compute(expr, client: Client | None = None, sites=None, progress: bool = True, **kw):
-    """Run ``expr`` and gather: ``{key: chunk}`` (or a tuple/dict of them), with Dask's
+    """Run ``expr`` and gather: ``{key: chunk}`` (or a tuple/dict of them), with a
     progress bar (``progress=False`` for none).  Keyword arguments go to
     :func:`submit` (``optimize``, ``memory_limit``, ``cost_model``, ``objective``, ``calibrate``, ``name``)."""
     out = submit(expr, client=client, sites=sites, **kw)
     items, rebuild = _flatten_futures(out)
-    if progress:
-        from distributed import progress as _progress
+    bar = _Progress(items) if progress else None
+    try:
+        return rebuild([rf.gather() for rf in items])  # waits, recovering from lost workers
+    finally:
+        if bar is not None:
+            bar.close()
 
+
+class _Progress:
+    """A progress bar over results' chunks that never blocks the caller (the waits
+    that follow it check for lost workers): Dask's widget in a notebook (when
+    ipywidgets is there), else a text bar drawn from a thread; it follows the
+    results' futures through a recovery."""
+
+    def __init__(self, items):
+        self.items, self.stop, self.thread = items, threading.Event(), None
         notebook = False
-        try:  # a widget in notebooks when ipywidgets is there; a text bar everywhere else
+        try:
             import ipywidgets  # noqa: F401
             from IPython import get_ipython
 
             notebook = type(get_ipython()).__name__ == "ZMQInteractiveShell"
         except Exception:
             pass
-        with items[0].client.as_current():
-            _progress([f for rf in items for f in rf.values()], notebook=notebook)
-    return rebuild([rf.gather() for rf in items])
+        if notebook:
+            from distributed import progress
+
+            with items[0].client.as_current():
+                progress([f for rf in items for f in rf.values()], notebook=True)
+        else:
+            self.started = time.monotonic()
+            self.thread = threading.Thread(target=self._run, daemon=True, name="tra-dask-progress")
+            self.thread.start()
+
+    def _draw(self, final: bool = False) -> None:
+        futures = [f for rf in self.items for f in rf._futures.values()]
+        done = sum(f.done() for f in futures)
+        frac = done / len(futures) if futures else 1.0
+        bar = "#" * int(40 * frac)
+        print(f"\r[{bar:<40}] | {100 * frac:3.0f}% Completed | {time.monotonic() - self.started:5.1f}s",
+              end="\n" if final else "", flush=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.1):
+            self._draw()
+
+    def close(self) -> None:
+        if self.thread is not None:
+            self.stop.set()
+            self.thread.join()
+            self._draw(final=True)
 
 
 def _flatten_futures(out):

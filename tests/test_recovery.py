@@ -1,0 +1,127 @@
+"""A worker that a plan is pinned to dies or freezes: the submission is planned again
+on the workers there are and its results are exact.  Real LocalCluster(processes=True)
+workers killed with SIGKILL or stopped with SIGSTOP; every wait is bounded."""
+
+import logging
+import os
+import signal
+import time
+
+import dask
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+import tra_dask as td
+from tra_dask.programs import ffnn_sgd_step, matmul
+
+CONFIG = {"distributed.scheduler.active-memory-manager.start": False}
+
+
+def slow_chunk(key):
+    time.sleep(0.15)
+    return np.random.default_rng(key[0] * 1000 + key[1]).random((100, 100))
+
+
+A = td.from_function(slow_chunk, (600, 600), 100, "float64", name="A")
+WANT = td.to_numpy(A) @ td.to_numpy(A)
+
+
+def _cluster(n=3, **kw):
+    return LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                        dashboard_address=None, silence_logs=logging.CRITICAL, **kw)
+
+
+def _pid(client, worker):
+    return client.run(os.getpid, workers=[worker])[worker]
+
+
+def _kill_one_of(client, workers, sig=signal.SIGKILL):
+    """Kill one of ``workers`` that is alive now; its address."""
+    alive = set(client.scheduler_info(n_workers=-1)["workers"])
+    victim = next(w for w in workers if w in alive)
+    os.kill(_pid(client, victim), sig)
+    return victim
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("when", [0.25, 0.9])
+def test_a_killed_worker_costs_no_result(when):
+    with dask.config.set(CONFIG), _cluster() as cl, Client(cl) as c:
+        t0 = time.monotonic()
+        np.testing.assert_allclose(td.submit(matmul(A, A)).to_numpy(), WANT, rtol=1e-12)
+        base = time.monotonic() - t0
+        rf = td.submit(matmul(A, A))
+        victim = rf.lowered.workers[1]
+        pid = _pid(c, victim)
+        time.sleep(when * base)
+        os.kill(pid, signal.SIGKILL)  # the nanny starts a new worker, under another address
+        np.testing.assert_allclose(rf.to_numpy(), WANT, rtol=1e-12)
+        assert len(rf.recoveries) == 1 and victim in rf.recoveries[0][1]
+        assert victim not in rf.lowered.workers
+        assert rf.transfers() == rf.plan.cost.bytes_moved  # the new plan, measured as predicted
+
+
+@pytest.mark.timeout(240)
+def test_two_workers_killed_one_after_the_other():
+    with dask.config.set(CONFIG), _cluster(n=3) as cl, Client(cl) as c:
+        rf = td.submit(matmul(A, A))
+        first = rf.lowered.workers[0]
+        os.kill(_pid(c, first), signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while first in rf.lowered.workers:  # the first recovery has run
+            try:
+                rf.wait(timeout=0.5)
+            except TimeoutError:
+                pass
+            assert time.monotonic() < deadline
+        second = rf.lowered.workers[-1]
+        os.kill(_pid(c, second), signal.SIGKILL)
+        np.testing.assert_allclose(rf.to_numpy(), WANT, rtol=1e-12)
+        assert len(rf.recoveries) == 2
+        assert first not in rf.lowered.workers and second not in rf.lowered.workers
+
+
+@pytest.mark.timeout(240)
+def test_a_frozen_worker_is_detected_and_the_plan_recovers():
+    with dask.config.set({**CONFIG, "tra-dask.worker-timeout": "3s"}), _cluster(n=3) as cl, Client(cl) as c:
+        rf = td.submit(matmul(A, A))
+        victim = rf.lowered.workers[2]
+        pid = _pid(c, victim)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            np.testing.assert_allclose(rf.to_numpy(), WANT, rtol=1e-12)
+            assert time.monotonic() - t0 < 60
+            assert "stopped answering" in rf.recoveries[0][1]
+            assert victim not in rf.lowered.workers
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.timeout(240)
+def test_compute_with_progress_and_chained_results_recover(capsys):
+    rng = np.random.default_rng(0)
+    X = td.from_numpy(rng.random((64, 32)), (16, 16), name="X")
+    Y = td.from_numpy(np.eye(8)[rng.integers(0, 8, 64)], (16, 8), name="Y")
+    W1 = td.from_numpy(rng.random((32, 16)) * 0.1, (16, 8), name="W1")
+    W2 = td.from_numpy(rng.random((16, 8)) * 0.1, (8, 8), name="W2")
+    want = td.evaluate(ffnn_sgd_step(X, Y, W1, W2, 0.1))
+    with dask.config.set(CONFIG), _cluster(n=3) as cl, Client(cl) as c:
+        first = td.submit(matmul(A, A))  # an earlier result, used as an input below
+        nxt = td.transform(first, "neg")
+        _kill_one_of(c, first.lowered.workers)
+        # planning over the earlier result waits for it, which recovers it first
+        np.testing.assert_allclose(td.submit(nxt).to_numpy(), -WANT, rtol=1e-12)
+        assert first.recoveries
+        # td.compute draws its bar without blocking: the waits behind it recover
+        step = ffnn_sgd_step(X, Y, W1, W2, 0.1)
+        out = td.submit(step)
+        _kill_one_of(c, out[0].lowered.workers[::-1])
+        got = td.compute(step)
+        for g, w in zip(got, want):
+            assert set(g) == set(w) and all(np.allclose(g[k], w[k]) for k in w)
+        for r, w in zip(out, want):
+            got_r = r.gather()
+            assert all(np.allclose(got_r[k], w[k]) for k in w)
+        assert "100% Completed" in capsys.readouterr().out
