@@ -260,6 +260,28 @@ def remove_workers(client: Client, addresses) -> None:
     client.run_on_scheduler(drop)
 
 
+class _Watch:
+    """Polls the pinned workers (:func:`_liveness`): :meth:`check` raises
+    :class:`WorkersLeft` for a worker missing in two checks in a row (so that a worker
+    list read in the middle of a change does not count) or frozen (it is then
+    removed from the cluster)."""
+
+    def __init__(self, client: Client, pinned):
+        self.client, self.pinned, self.missing = client, list(pinned), set()
+        self.timeout = worker_timeout()
+
+    def check(self, why: str) -> None:
+        now_missing, frozen = _liveness(self.client, self.pinned, self.timeout)
+        gone, self.missing = now_missing & self.missing, now_missing
+        if frozen:
+            remove_workers(self.client, frozen)
+        if gone or frozen:
+            lost = gone | frozen
+            sites = sorted(self.pinned.index(w) for w in lost)
+            how = f"stopped answering (no heartbeat for {self.timeout:g} s)" if frozen else "left the cluster"
+            raise WorkersLeft(f"worker(s) {sorted(lost)} (site(s) {sites}) {how}; {why}", lost)
+
+
 def _wait_done(futures, client: Client | None = None, pinned=(), timeout: float | None = None) -> None:
     """Poll until every future is done (``distributed.wait`` needs a default client,
     which an embedded cluster is not).  With ``pinned`` workers, raise
@@ -267,29 +289,17 @@ def _wait_done(futures, client: Client | None = None, pinned=(), timeout: float 
     (:func:`worker_timeout`; it is then removed from the cluster): tasks pinned to it
     could never run.  Every wait on a plan's futures goes through here."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    pending, last_check, missing = list(futures), 0.0, set()
-    frozen_after = worker_timeout() if pinned else None
+    pending, last_check = list(futures), 0.0
+    watch = _Watch(client, pinned) if pinned else None
     while pending:
         pending = [f for f in pending if not f.done()]
         if not pending:
             _check_lost(futures, client, pinned)
             return
         now = time.monotonic()
-        if pinned and now - last_check > 0.5:
+        if watch is not None and now - last_check > 0.5:
             last_check = now
-            now_missing, frozen = _liveness(client, pinned, frozen_after)
-            # missing in two checks in a row (0.5 s apart), so that a worker list read
-            # in the middle of a change does not count
-            gone, missing = now_missing & missing, now_missing
-            if frozen:
-                remove_workers(client, frozen)
-            if gone or frozen:
-                lost = gone | frozen
-                sites = sorted(list(pinned).index(w) for w in lost)
-                how = "stopped answering (no heartbeat for " + f"{frozen_after:g} s)" if frozen else "left the cluster"
-                raise WorkersLeft(
-                    f"worker(s) {sorted(lost)} (site(s) {sites}) {how}; tasks of this plan are pinned "
-                    f"to them and cannot run", lost)
+            watch.check("tasks of this plan are pinned to them and cannot run")
         if deadline is not None and now > deadline:
             raise TimeoutError(f"{len(pending)} of {len(futures)} chunks not done after {timeout} s")
         time.sleep(0.02)
@@ -321,17 +331,12 @@ def watched(fn, client: Client, pinned):
 
     thread = threading.Thread(target=run, daemon=True, name="tra-dask-watched")
     thread.start()
-    timeout, missing = worker_timeout(), set()
+    watch = _Watch(client, pinned)
     while True:
         thread.join(0.5)
         if not thread.is_alive():
             break
-        now_missing, frozen = _liveness(client, pinned, timeout)
-        gone, missing = now_missing & missing, now_missing
-        if frozen:
-            remove_workers(client, frozen)
-        if gone or frozen:
-            raise WorkersLeft(f"worker(s) {sorted(gone | frozen)} holding results of this plan were lost", gone | frozen)
+        watch.check("they hold results of this plan")
     if "error" in box:
         from distributed.client import FutureCancelledError
 
