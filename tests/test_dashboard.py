@@ -7,6 +7,7 @@ import subprocess
 import time
 import urllib.request
 
+import dask
 import numpy as np
 import psutil
 import pytest
@@ -138,6 +139,116 @@ def test_live_count_follows_the_scheduler_transitions():
     assert "<h2 id='t'>my plan" in page and "computes <b>Broadcast(X)</b>" in page and "1,600 bytes" in page
 
 
+def _record(token: str, ntasks: int, extra=()) -> dict:
+    """A plan record as ``runtime.submit._publish`` sends it: ``ntasks`` tasks over
+    three operators (keys ``(prefix, j)``), plus the keys ``extra`` of no operator."""
+    workers = ["tcp://w0", "tcp://w1"]
+    nodes = [{"index": i, "op": op, "label": f"{op}(X)", "prefix": f"{op}-{i}-{token}", "params": "",
+              "inputs": [i - 1] if i else [], "tasks": ntasks // 3 + (i < ntasks % 3)}
+             for i, op in enumerate(["source", "Broadcast", "LocalAggregate"])]
+    keys = [(n["prefix"], j) for n in nodes for j in range(n["tasks"])] + list(extra)
+    return {"token": token, "label": "LocalAggregate(X)", "name": None, "explain": "", "strategies": [],
+            "predicted_bytes": 0, "workers": workers, "keys": keys,
+            "key_workers": [workers[t % 2] for t in range(len(keys))], "nodes": nodes,
+            "outputs": [{"label": "LocalAggregate(X)", "node": 2, "keys": keys[-3:]}]}
+
+
+def _plugin():
+    from tra_dask.dashboard import TraScheduler
+
+    plugin = TraScheduler()
+    plugin.scheduler = type("Scheduler", (), {"tasks": {}})()
+    return plugin
+
+
+def _run(plugin, key, worker="tcp://w0"):
+    plugin.transition(key, "waiting", "processing")
+    plugin.transition(key, "processing", "memory", worker=worker)
+
+
+def test_plans_expire_by_count_and_by_age():
+    plugin = _plugin()
+    with dask.config.set({"tra-dask.dashboard.keep-plans": 3, "tra-dask.dashboard.keep-seconds": "1h"}):
+        for i in range(5):
+            plugin.add_plan(_record(f"p{i}", 30, extra=[f"loose-p{i}", (f"Broadcast-1-p{i}", 10**9)]))
+        assert list(plugin.plans) == ["p2", "p3", "p4"]  # the oldest went
+        _run(plugin, ("source-0-p0", 0))  # an expired plan's task: not followed, recorded as any task
+        assert plugin.ran[("source-0-p0", 0)] == "tcp://w0" and not plugin.ran.get(("source-0-p4", 0))
+        for key in [("source-0-p4", 0), ("Broadcast-1-p4", 10**9), "loose-p4"]:  # a sparse j, a loose key
+            _run(plugin, key, "tcp://w1")
+        assert plugin.ran["loose-p4"] == plugin.ran[("Broadcast-1-p4", 10**9)] == "tcp://w1"
+        for p in ("p2", "p3"):  # idle for two hours
+            plugin.plans[p].active -= 7200
+        with dask.config.set({"tra-dask.dashboard.keep-seconds": 0}):  # no age limit
+            assert plugin.expire() == [] and len(plugin.plans) == 3
+        assert plugin.expire() == ["p2", "p3"] and list(plugin.plans) == ["p4"]
+        assert {pl.token for pl, _ in plugin.prefixes.values()} | {pl.token for pl, _ in plugin.loose.values()} == {"p4"}
+        live = plugin.snapshot()
+        assert [p["token"] for p in live] == ["p4"] and live[0]["done"] == 3 and live[0]["total"] == 32
+        assert [n["done"] for n in live[0]["nodes"]] == [1, 1, 0]
+        page = plugin.render_page()
+        assert "1 plan(s)" in page and "p4" in page and "p3" not in page and "3 / 32 tasks done" in page
+        plugin.plans["p4"].active -= 7200
+        assert "No TRA plan" in plugin.render_page() and plugin.render_json() == "[]"
+    from tra_dask.dashboard import DEFAULTS
+
+    assert DEFAULTS == {"tra-dask.dashboard.keep-plans": 50, "tra-dask.dashboard.keep-seconds": "1h",
+                        "tra-dask.dashboard.page-plans": 10}
+
+
+def test_page_draws_the_newest_plans_and_lists_the_others():
+    plugin = _plugin()
+    for i in range(5):
+        plugin.add_plan(_record(f"p{i}", 6))
+    _run(plugin, ("source-0-p1", 0))
+    with dask.config.set({"tra-dask.dashboard.page-plans": 2}):
+        page = plugin.render_page()
+        assert page.count("<svg") == 2 and "id='tra-op-p4-0'" in page and "id='tra-op-p3-0'" in page
+        older = re.findall(r"<tr id='(p\d)'><td class='l'><a href='/tra-dask\?plan=(p\d)'>", page)
+        assert older == [("p2", "p2"), ("p1", "p1"), ("p0", "p0")]
+        assert "<td>1 / 6</td>" in page  # p1's row
+        one = plugin.render_page("p1")
+        assert one.count("<svg") == 1 and "id='tra-op-p1-0'" in one and "1 / 6 tasks done" in one
+        assert [p["token"] for p in json.loads(plugin.render_json("p1"))] == ["p1"]
+        assert "not kept" in plugin.render_page("nope") and plugin.render_json("nope") == "[]"
+    assert plugin.render_page().count("<svg") == 5  # page-plans back at 10
+    assert plugin.render_page() is plugin.render_page()  # nothing changed: served again as made
+    before = plugin.render_page()
+    _run(plugin, ("source-0-p4", 1))
+    assert plugin.render_page() != before
+
+
+def test_render_reads_counts_never_tasks():
+    """The page and the JSON for plans of 70k tasks come from per-operator counts: with
+    the per-task arrays taken away they are the same; adding such a plan keeps a
+    few bytes per task."""
+    import tracemalloc
+
+    plugin = _plugin()
+    big = [_record(f"big{i}", 70_000) for i in range(3)]
+    tracemalloc.start()
+    try:
+        t0 = time.perf_counter()
+        before = tracemalloc.get_traced_memory()[0]
+        plugin.add_plan(big[0])
+        kept = tracemalloc.get_traced_memory()[0] - before
+        took = time.perf_counter() - t0
+    finally:
+        tracemalloc.stop()
+    assert kept < 32 * 70_000, kept  # 13 bytes a task (the record's keys are ~100 each)
+    assert took < 2.0  # ~15 ms on a quiet core; generous: a loaded CI machine
+    for rec in big[1:]:
+        plugin.add_plan(rec)
+    for j in range(500):
+        _run(plugin, ("Broadcast-1-big1", j), "tcp://w1")
+    page, api = plugin.render_page(), plugin.render_json()
+    for plan in plugin.plans.values():
+        plan.state = plan.pinned = plan.ran = plan.lookup = plan.loose = None
+    plugin.version += 1
+    assert plugin.render_page() == page and plugin.render_json() == api
+    assert "500 / 70,000" not in page and "500 / 23333" in page
+
+
 def _get(url: str) -> str:
     return urllib.request.urlopen(url, timeout=10).read().decode()
 
@@ -221,6 +332,13 @@ def test_dashboard_page_lists_the_plan_and_its_bytes():
     mine = _api(rf)
     assert mine["done"] == mine["total"] > 0 and mine["predicted_bytes"] == rf.plan.cost.bytes_moved
     assert mine["title"] == rf.node.label and mine["measured_bytes"] == measured == mine["live_bytes"]
+    base = link.split("/tra-dask")[0]
+    alone = _get(f"{base}/tra-dask?plan={rf.token}")  # the plan on a page of its own
+    assert alone.count("<svg") == 1 and f"id='tra-op-{rf.token}-0'" in alone
+    assert [p["token"] for p in json.loads(_get(f"{base}/tra-dask/api/plans?plan={rf.token}"))] == [rf.token]
+    expiring = rf.client.run_on_scheduler(
+        lambda dask_scheduler: dask_scheduler.periodic_callbacks["tra-dask-expire"].is_running())
+    assert expiring  # plans past keep-seconds go even when nobody looks
 
 
 def test_dask_dashboard_renders_and_links_to_the_tra_dask_page():

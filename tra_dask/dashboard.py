@@ -39,8 +39,27 @@ other side, ``transfers()`` counting another submission's concurrent fetches of 
 same cluster-resident inputs.
 
 The page is served by the scheduler's own HTTP server, so it is bound wherever the
-dashboard is (the embedded cluster binds 127.0.0.1 only); rendering it walks the
-plans' operators and sites, never their tasks.
+dashboard is (the embedded cluster binds 127.0.0.1 only).
+
+Under load.  Everything runs on the scheduler's event loop, so nothing here may take
+long: per task of a kept plan the plugin keeps a few bytes in arrays (its state, its
+pinned worker, the worker that ran it), found from the key's prefix; the page and the
+JSON read per-operator and per-site counts kept up to date by the transitions (never
+the tasks), and are made again only after something changed.  The page draws the
+newest plans in full and lists the older ones one row each (each links to a page of
+its own, ``/tra-dask?plan=<token>``; the JSON takes ``?plan=<token>`` too).
+Configuration (``dask.config``, read on the scheduler each time it matters):
+
+* ``tra-dask.dashboard.keep-plans`` (50): plans kept; the oldest submitted go first.
+* ``tra-dask.dashboard.keep-seconds`` ("1h"; 0 or None: no limit): a plan none of
+  whose tasks changed state for this long goes (checked every 10 s, at each
+  submission and at each request).
+* ``tra-dask.dashboard.page-plans`` (10): plans the page draws in full.
+
+(For a ``dask scheduler`` process: its Dask config file, or the environment, e.g.
+``DASK_TRA_DASK__DASHBOARD__KEEP_PLANS=20``.)
+
+A plan that goes takes its live counts and its ``ran_on()`` records with it.
 """
 
 from __future__ import annotations
@@ -49,8 +68,13 @@ import html
 import json
 import sys
 import time
+from array import array
 from collections import OrderedDict
+from urllib.parse import quote
 
+import dask
+import numpy as np
+from dask.utils import parse_timedelta
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 __all__ = ["TraScheduler", "PAGE", "API"]
@@ -59,33 +83,73 @@ PAGE = "/tra-dask"
 API = "/tra-dask/api/plans"
 NAV = PAGE.strip("/")  # the entry in Dask's navigation bar (a link relative to its pages)
 
+# dask.config keys read on the scheduler (each time they matter, so a change applies at once)
+KEEP_PLANS, KEEP_SECONDS, PAGE_PLANS = ("tra-dask.dashboard.keep-plans", "tra-dask.dashboard.keep-seconds",
+                                        "tra-dask.dashboard.page-plans")
+DEFAULTS = {KEEP_PLANS: 50, KEEP_SECONDS: "1h", PAGE_PLANS: 10}
+EXPIRE_EVERY = 10.0  # seconds between the scheduler's checks for plans past keep-seconds
+
 _COLOURS = {"waiting": "#e8e8e8", "running": "#f5c542", "done": "#6fbf73", "erred": "#e05a4f", "no tasks": "#f4f4f4"}
 
+WAITING, RUNNING, DONE, ERRED = 0, 1, 2, 3  # a task's category, one byte per task
+_NAMES = ("waiting", "running", "done", "erred")
 
-def _category(old: str, finish: str) -> str:
+
+def _category(old: int, finish: str) -> int:
     """A task's state on the page after a scheduler transition to ``finish``: a task
     that was done stays done when the scheduler later releases or forgets it."""
-    if finish in ("processing", "memory", "erred"):
-        return {"processing": "running", "memory": "done", "erred": "erred"}[finish]
-    return "done" if old == "done" else "waiting"
+    if finish == "processing":
+        return RUNNING
+    if finish == "memory":
+        return DONE
+    if finish == "erred":
+        return ERRED
+    return DONE if old == DONE else WAITING
+
+
+def _config(name: str):
+    return dask.config.get(name, DEFAULTS[name])
 
 
 class _LivePlan:
     """One plan's record and what the scheduler has seen of it so far.
 
-    ``state`` holds each task's category when not ``waiting``; ``counts[i]`` the
-    categories' counts for operator ``i``; ``pending`` the dependencies each running
-    task has to fetch ``((dep, W), nbytes, home)``; ``fetches`` the open fetches
-    ``(dep, W) -> [tasks waiting on it, counted?]``."""
+    Per task it keeps a few bytes in arrays indexed by the task's slot (its place in
+    the record's key list): ``state`` (its category), ``pinned`` and ``ran`` (indices
+    into ``names``, the workers' addresses; -1: not run yet).  A task key
+    ``(prefix, j)`` of operator ``i`` finds its slot through ``lookup[i]``, an array
+    indexed by ``j`` (a dict where the ``j`` are sparse); other keys through ``loose``.
+    Everything else is per operator or per worker: ``counts[i]`` the categories'
+    counts of operator ``i`` (``[n]``: tasks of no operator), ``sites`` per worker.
+    While tasks run: ``pending`` the dependencies each running task has to fetch
+    ``((dep, W), nbytes, home)``; ``fetches`` the open fetches ``(dep, W) -> [tasks
+    waiting on it, counted?]``; ``home`` where each fetched chunk was first found
+    (dropped once every task is done or erred)."""
 
-    def __init__(self, record: dict):
+    def __init__(self, record: dict, keys: list, key_workers: list):
         self.record = record
         self.token = record["token"]
         self.nodes = record.get("nodes") or []
         n = len(self.nodes)
+        self.submitted = self.active = record["submitted"]
         self.counts = [{"total": 0, "running": 0, "done": 0, "erred": 0} for _ in range(n + 1)]  # [n]: no operator
-        self.sites = {w: {"tasks": 0, "done": 0} for w in record["workers"]}
-        self.state: dict = {}
+        self.names = list(record["workers"])
+        self.index = index = {w: i for i, w in enumerate(self.names)}
+        pinned = []
+        for w in key_workers:
+            i = index.get(w)
+            if i is None:
+                i = index[w] = len(self.names)
+                self.names.append(w)
+            pinned.append(i)
+        self.pinned = array("i", pinned)
+        self.state = array("b", bytes(len(keys)))
+        self.ran = array("i", [-1]) * len(keys)
+        self.ntasks, self.settled = len(keys), 0  # settled: done or erred
+        self.lookup, self.loose = self._index(keys)
+        per_site = np.bincount(np.frombuffer(self.pinned, dtype=np.int32), minlength=len(self.names)).tolist()
+        self.site_list = [{"tasks": c, "done": 0} for c in per_site]
+        self.sites = {w: s for w, s in zip(self.names, self.site_list) if s["tasks"] or w in record["workers"]}
         self.pending: dict = {}
         self.fetches: dict = {}
         self.home: dict = {}
@@ -93,24 +157,77 @@ class _LivePlan:
         self.node_moved = [0] * (n + 1)
         self.matrix: dict = {}  # (source worker, destination worker) -> bytes
 
-    def task(self, key, node: int, worker: str, ts, start: str, finish: str, ran_on: str | None) -> None:
+    def _index(self, keys: list) -> tuple:
+        """``lookup[i]`` (slot of operator ``i``'s key ``(prefix, j)``) and ``loose``
+        (slot of any other key); counts each operator's tasks."""
+        by_prefix = {nd["prefix"]: nd["index"] for nd in self.nodes}
+        n = len(self.nodes)
+        js: list = [[] for _ in range(n)]
+        slots: list = [[] for _ in range(n)]
+        loose = {}
+        for slot, key in enumerate(keys):
+            if type(key) is not tuple:
+                key = _key(key)  # a list where the record came as msgpack
+            if len(key) == 2 and type(key[1]) is int and key[1] >= 0:
+                i = by_prefix.get(key[0])
+                if i is not None:
+                    js[i].append(key[1])
+                    slots[i].append(slot)
+                    continue
+            loose[key] = slot
+        lookup = []
+        for i in range(n):
+            self.counts[i]["total"] = len(js[i])
+            if not js[i]:
+                lookup.append({})
+                continue
+            j, s = np.array(js[i], dtype=np.int64), np.array(slots[i], dtype=np.int32)
+            top = int(j.max()) + 1
+            if top <= 4 * len(j) + 64:  # dense enough: 4 bytes per possible j
+                table = np.full(top, -1, dtype=np.int32)
+                table[j] = s
+                lookup.append(array("i", table.tobytes()))
+            else:
+                lookup.append(dict(zip(js[i], slots[i])))
+        self.counts[n]["total"] = len(loose)
+        return lookup, loose
+
+    def slot(self, node: int, j) -> int:
+        """The slot of operator ``node``'s key ``(prefix, j)``, or -1."""
+        table = self.lookup[node]
+        if type(table) is dict:
+            return table.get(j, -1)
+        return table[j] if type(j) is int and 0 <= j < len(table) else -1
+
+    def name(self, worker: str) -> int:
+        """The index of ``worker`` in ``names`` (added if new)."""
+        i = self.index.get(worker)
+        if i is None:
+            i = self.index[worker] = len(self.names)
+            self.names.append(worker)
+            self.site_list.append({"tasks": 0, "done": 0})
+        return i
+
+    def task(self, key, node: int, slot: int, ts, start: str, finish: str, worker: str | None) -> None:
         """Follow one transition of one of this plan's tasks."""
-        old = self.state.get(key, "waiting")
+        old = self.state[slot]
         new = _category(old, finish)
         if new != old:
             counts = self.counts[node]
-            if old != "waiting":
-                counts[old] -= 1
-            if new != "waiting":
-                counts[new] += 1
-                self.state[key] = new
-            else:
-                self.state.pop(key, None)
-            site = self.sites.get(worker)
-            if site is not None and (old == "done") != (new == "done"):
-                site["done"] += 1 if new == "done" else -1
+            if old:
+                counts[_NAMES[old]] -= 1
+            if new:
+                counts[_NAMES[new]] += 1
+            self.state[slot] = new
+            if (old == DONE) != (new == DONE):
+                self.site_list[self.pinned[slot]]["done"] += 1 if new == DONE else -1
+            self.settled += (new >= DONE) - (old >= DONE)
+            self.active = time.time()
         if start == "processing":
-            self._left_processing(key, node, ran_on if finish in ("memory", "erred") else None)
+            if finish == "memory" and worker:
+                self.ran[slot] = self.name(worker)
+            ran_on = (worker or self.names[self.pinned[slot]]) if finish in ("memory", "erred") else None
+            self._left_processing(key, node, ran_on)
         if finish == "processing" and ts is not None:
             self._assigned(key, ts)
 
@@ -149,11 +266,23 @@ class _LivePlan:
             fetch[0] -= 1
             if fetch[0] == 0:
                 del self.fetches[pair]
+        if self.settled == self.ntasks and not self.pending:
+            self.home.clear()  # a run is over: per-chunk state goes, the counts stay
+
+    def summary(self) -> dict:
+        """The plan's totals, without its operators (a row on the page)."""
+        c = {k: sum(counts[k] for counts in self.counts) for k in ("total", "running", "done", "erred")}
+        c["waiting"] = c["total"] - c["running"] - c["done"] - c["erred"]
+        rec = self.record
+        return {"token": self.token, "title": rec.get("name") or rec["label"], "label": rec["label"],
+                "submitted": self.submitted, "predicted_bytes": rec["predicted_bytes"], "live_bytes": self.moved,
+                "measured_bytes": rec["measured_bytes"], **c}
 
     def snapshot(self) -> dict:
-        """The plan as the JSON API serves it (and the page draws it)."""
+        """The plan as the JSON API serves it (and the page draws it): per operator,
+        per output and per pair of sites, from the counts (never per task)."""
         rec = self.record
-        item = {k: v for k, v in rec.items() if k not in ("keys", "key_workers", "nodes", "outputs")}
+        item = {k: v for k, v in rec.items() if k not in ("nodes", "outputs")}
         nodes = []
         for spec, counts, moved in zip(self.nodes, self.counts, self.node_moved):
             c = dict(counts)
@@ -194,27 +323,75 @@ def _ancestors(nodes: list, i: int) -> set:
     return seen
 
 
+class _Ran:
+    """Which worker computed each task, as ``key in ran`` / ``ran[key]``: a kept
+    plan's tasks from the plan's arrays, other tasks from a dict of the newest
+    ``limit``."""
+
+    def __init__(self, plugin: "TraScheduler", limit: int):
+        self.plugin, self.limit, self.other = plugin, limit, OrderedDict()
+
+    def note(self, key, worker: str) -> None:
+        self.other[key] = worker
+        if len(self.other) > self.limit:
+            self.other.popitem(last=False)
+
+    def get(self, key, default=None):
+        hit = self.plugin._find(key)
+        if hit is None:
+            return self.other.get(key, default)
+        plan, _, slot = hit
+        i = plan.ran[slot]
+        return default if i < 0 else plan.names[i]
+
+    def __contains__(self, key) -> bool:
+        return self.get(key) is not None
+
+    def __getitem__(self, key) -> str:
+        worker = self.get(key)
+        if worker is None:
+            raise KeyError(key)
+        return worker
+
+
 class TraScheduler(SchedulerPlugin):
     """The scheduler side of tra_dask: task records, live plans, the page and its API.
 
     Everything here runs on the scheduler's event loop: the transition hook does a
-    dictionary lookup per transition (and a little more for tasks of kept plans);
-    the page and the API walk the kept plans' operators and sites, not their tasks."""
+    dictionary lookup per transition (an array update or two for tasks of kept
+    plans); the page and the API read the kept plans' per-operator and per-site
+    counts, never their tasks, and are rendered again only after something changed.
+    Plans expire: beyond ``keep_plans`` (else ``tra-dask.dashboard.keep-plans``, 50)
+    the oldest go; a plan none of whose tasks moved for
+    ``tra-dask.dashboard.keep-seconds`` (default 1h; 0 or None: never) goes.  Tasks of
+    no kept plan: the workers that computed the newest ``limit`` are kept."""
 
     name = "tra-dask"
     idempotent = True
 
-    def __init__(self, limit: int = 1_000_000, keep_plans: int = 50):
+    def __init__(self, limit: int = 100_000, keep_plans: int | None = None):
         self.limit, self.keep_plans = limit, keep_plans
-        self.ran: OrderedDict = OrderedDict()    # task key -> worker that computed it
-        self.plans: OrderedDict = OrderedDict()  # token -> _LivePlan
-        self.tasks: dict = {}                    # task key -> (_LivePlan, operator index, pinned worker)
+        self.ran = _Ran(self, limit)              # task key -> worker that computed it
+        self.plans: OrderedDict = OrderedDict()  # token -> _LivePlan, oldest first
+        self.prefixes: dict = {}                 # task key prefix -> (_LivePlan, operator index)
+        self.loose: dict = {}                    # other task key of a kept plan -> (_LivePlan, slot)
+        self.version = 0                         # bumped by every change the page shows
+        self._cache: dict = {}                   # (route, argument) -> (version, body)
         self.scheduler = None
         self.prefix = ""                         # the dashboard's URL prefix ("" or "/something")
 
     # -- scheduler hooks ---------------------------------------------------
     async def start(self, scheduler):
         self.scheduler = scheduler
+        callbacks = getattr(scheduler, "periodic_callbacks", None)
+        if callbacks is not None:
+            from tornado.ioloop import PeriodicCallback
+
+            old = callbacks.get("tra-dask-expire")
+            if old is not None:
+                old.stop()
+            callbacks["tra-dask-expire"] = pc = PeriodicCallback(self.expire, EXPIRE_EVERY * 1000)
+            pc.start()
         app = getattr(scheduler, "http_application", None)
         if app is None:
             return
@@ -226,62 +403,142 @@ class TraScheduler(SchedulerPlugin):
         class Page(web.RequestHandler):
             def get(self):
                 self.set_header("Content-Type", "text/html; charset=utf-8")
-                self.write(plugin.render_page())
+                self.write(plugin.render_page(self.get_argument("plan", None)))
 
         class Api(web.RequestHandler):
             def get(self):
                 self.set_header("Content-Type", "application/json")
-                self.write(json.dumps(plugin.snapshot()))
+                self.write(plugin.render_json(self.get_argument("plan", None)))
 
         app.add_handlers(r".*", [(self.prefix + PAGE + "/?", Page), (self.prefix + API, Api)])
         _add_to_dask_navigation(scheduler, app)
 
+    async def close(self):
+        callbacks = getattr(self.scheduler, "periodic_callbacks", None) or {}
+        pc = callbacks.get("tra-dask-expire")
+        if pc is not None and pc.callback == self.expire:
+            pc.stop()
+
     def transition(self, key, start, finish, *args, stimulus_id=None, **kwargs):
         """Record who computed each task; follow the tasks of kept plans."""
         worker = kwargs.get("worker")
-        if start == "processing" and finish == "memory" and worker:
-            self.ran[key] = worker
-            if len(self.ran) > self.limit:
-                self.ran.popitem(last=False)
-        entry = self.tasks.get(key)
-        if entry is not None:
-            plan, node, pinned = entry
-            ts = self.scheduler.tasks.get(key) if finish == "processing" else None
-            plan.task(key, node, pinned, ts, start, finish, worker or pinned)
+        hit = self._find(key)
+        if hit is None:
+            if start == "processing" and finish == "memory" and worker:
+                self.ran.note(key, worker)
+            return
+        plan, node, slot = hit
+        ts = self.scheduler.tasks.get(key) if finish == "processing" else None
+        plan.task(key, node, slot, ts, start, finish, worker)
+        self.version += 1
+
+    def _find(self, key):
+        """``(plan, operator, slot)`` of a task of a kept plan, or None."""
+        if type(key) is tuple and len(key) == 2:
+            entry = self.prefixes.get(key[0])
+            if entry is not None:
+                plan, node = entry
+                slot = plan.slot(node, key[1])
+                if slot >= 0:
+                    return plan, node, slot
+        if self.loose:
+            entry = self.loose.get(key)
+            if entry is not None:
+                plan, slot = entry
+                return plan, len(plan.nodes), slot
+        return None
 
     # -- plans -------------------------------------------------------------
     def add_plan(self, record: dict) -> None:
         """Keep a plan (see ``runtime.submit._publish`` for the record's fields) and
-        index its tasks, so each transition finds its plan and operator at once."""
-        record = dict(record, submitted=time.time(), measured_bytes=None)
-        record["keys"] = [_key(k) for k in record["keys"]]
-        for o in record.get("outputs") or []:
-            o["keys"] = [_key(k) for k in o.get("keys", ())]
-        plan = _LivePlan(record)
-        by_prefix = {n["prefix"]: n["index"] for n in plan.nodes}
-        for key, worker in zip(record["keys"], record["key_workers"]):
-            node = by_prefix.get(key[0], -1) if isinstance(key, tuple) and key else -1
-            self.tasks[key] = (plan, node, worker)
-            plan.counts[node]["total"] += 1
-            plan.sites.setdefault(worker, {"tasks": 0, "done": 0})["tasks"] += 1
+        index its tasks, so each transition finds its plan, operator and slot at once.
+        The record's key lists are not kept: a few bytes per task are."""
+        keys = record["keys"]
+        key_workers = record["key_workers"]
+        outputs = [{"label": o["label"], "node": o["node"]} for o in record.get("outputs") or []]
+        record = {k: v for k, v in record.items() if k not in ("keys", "key_workers", "outputs")}
+        record.update(submitted=time.time(), measured_bytes=None, outputs=outputs)
+        plan = _LivePlan(record, keys, key_workers)
+        old = self.plans.pop(plan.token, None)
+        if old is not None:
+            self._forget(old)
         self.plans[plan.token] = plan
-        while len(self.plans) > self.keep_plans:
-            _, old = self.plans.popitem(last=False)
-            for key in old.record["keys"]:
-                if self.tasks.get(key, (None,))[0] is old:
-                    del self.tasks[key]
+        for node in plan.nodes:
+            self.prefixes[node["prefix"]] = (plan, node["index"])
+        for key, slot in plan.loose.items():
+            self.loose[key] = (plan, slot)
+        self.version += 1
+        self.expire()
+
+    def _forget(self, plan: _LivePlan) -> None:
+        for node in plan.nodes:
+            if self.prefixes.get(node["prefix"], (None,))[0] is plan:
+                del self.prefixes[node["prefix"]]
+        for key in plan.loose:
+            if self.loose.get(key, (None,))[0] is plan:
+                del self.loose[key]
+
+    def expire(self, now: float | None = None) -> list:
+        """Drop the plans past ``keep_plans`` (oldest first) and those idle for longer
+        than keep-seconds; the tokens dropped."""
+        keep = self.keep_plans if self.keep_plans is not None else int(_config(KEEP_PLANS))
+        age = _config(KEEP_SECONDS)
+        age = parse_timedelta(age, default="s") if age not in (None, 0, "0") else None
+        now = time.time() if now is None else now
+        gone = [t for t, p in self.plans.items() if age and now - p.active > age]
+        for token in gone:
+            self._forget(self.plans.pop(token))
+        while len(self.plans) > max(0, keep):
+            token, plan = self.plans.popitem(last=False)
+            self._forget(plan)
+            gone.append(token)
+        if gone:
+            self.version += 1
+        return gone
 
     def set_measured(self, token: str, nbytes: int) -> None:
         """What ``RelationFutures.transfers()`` measured from the workers' logs."""
         if token in self.plans:
             self.plans[token].record["measured_bytes"] = int(nbytes)
+            self.version += 1
 
-    def snapshot(self) -> list:
-        """Every plan kept, newest first, as the JSON API serves it."""
-        return [plan.snapshot() for plan in reversed(self.plans.values())]
+    def snapshot(self, token: str | None = None) -> list:
+        """Every plan kept (or the one of ``token``), newest first, as the JSON API serves it."""
+        self.expire()
+        plans = reversed(self.plans.values()) if token is None else [self.plans[token]] if token in self.plans else []
+        return [plan.snapshot() for plan in plans]
 
-    def render_page(self) -> str:
-        return render_page(self.snapshot(), self.prefix)
+    def _cached(self, route: str, arg, make) -> str:
+        """The body of ``route`` made again only when something changed since."""
+        self.expire()
+        hit = self._cache.get((route, arg))
+        if hit is not None and hit[0] == self.version:
+            return hit[1]
+        if len(self._cache) > 64:
+            self._cache.clear()
+        body = make()
+        self._cache[(route, arg)] = (self.version, body)
+        return body
+
+    def render_json(self, token: str | None = None) -> str:
+        return self._cached(API, token, lambda: json.dumps(self.snapshot(token)))
+
+    def render_page(self, token: str | None = None) -> str:
+        """The page: the newest ``tra-dask.dashboard.page-plans`` plans (or the one of
+        ``token``) drawn in full, the other kept plans one row each."""
+        n = max(0, int(_config(PAGE_PLANS)))
+
+        def make():
+            if token is not None:
+                shown = [self.plans[token]] if token in self.plans else []
+                rest: list = []
+            else:
+                newest = list(reversed(self.plans.values()))
+                shown, rest = newest[:n], newest[n:]
+            return render_page([p.snapshot() for p in shown], self.prefix,
+                               rest=[p.summary() for p in rest], kept=len(self.plans), token=token)
+
+        return self._cached(PAGE, (token, n), make)
 
 
 def _key(k):
@@ -333,23 +590,46 @@ _LEGEND = ("<p>" + " ".join(f"<span class='st-{s.replace(' ', '-')}'>&nbsp;{s}&n
            + " &mdash; running: sent to its worker (Dask's <i>processing</i>); a red arrow: bytes fetched</p>")
 
 
-def render_page(plans: list, prefix: str = "") -> str:
-    """The /tra-dask page for :meth:`TraScheduler.snapshot`'s plans."""
+def render_page(plans: list, prefix: str = "", rest: list = (), kept: int | None = None,
+                token: str | None = None) -> str:
+    """The /tra-dask page: ``plans`` (:meth:`_LivePlan.snapshot`) drawn in full,
+    ``rest`` (:meth:`_LivePlan.summary`) one row each."""
     esc = html.escape
+    kept = len(plans) + len(rest) if kept is None else kept
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><meta http-equiv='refresh' content='2'>",
         f"<title>tra_dask plans</title><style>{_STYLE}</style></head><body>",
         f"<nav><a href='{esc(prefix)}/status'>&larr; Dask dashboard (status)</a>"
         f"<a href='{esc(prefix)}/workers'>workers</a><a href='{esc(prefix)}/graph'>task graph</a>"
-        f"<a href='{esc(prefix + API)}'>JSON</a></nav>",
-        f"<h1>tra_dask: {len(plans)} plan(s) on this scheduler</h1>",
+        f"<a href='{esc(prefix + API)}'>JSON</a>"
+        + (f"<a href='{esc(prefix + PAGE)}'>all plans</a>" if token is not None else "") + "</nav>",
+        f"<h1>tra_dask: {kept} plan(s) on this scheduler</h1>",
     ]
-    if not plans:
+    if token is not None and not plans:
+        parts.append(f"<p>Plan {esc(token)} is not kept on this scheduler (any more).</p>")
+    elif not plans:
         parts.append("<p>No TRA plan has been submitted to this scheduler yet.</p>")
     for p in plans:
         parts.append(_plan_html(p))
+    if rest:
+        parts.append(_older_table(rest, prefix, len(plans)))
     parts.append("</body></html>")
     return "".join(parts)
+
+
+def _older_table(rest: list, prefix: str, shown: int) -> str:
+    """One row per plan not drawn (each row is its ``#token`` anchor and links to its own page)."""
+    esc = html.escape
+    rows = "".join(
+        f"<tr id='{esc(p['token'])}'><td class='l'><a href='{esc(prefix + PAGE)}?plan={esc(quote(p['token']))}'>"
+        f"{esc(p['title'])}</a></td><td class='l'>{esc(p['token'])}</td>"
+        f"<td class='l'>{time.strftime('%H:%M:%S', time.localtime(p['submitted']))}</td>"
+        f"<td>{p['done']} / {p['total']}</td><td>{p['running']}</td><td>{p['erred']}</td>"
+        f"<td>{p['predicted_bytes']:,}</td><td>{p['live_bytes']:,}</td></tr>"
+        for p in rest)
+    return (f"<h3>older plans ({len(rest)}; the newest {shown} are drawn above)</h3><table class='older'>"
+            "<tr><th class='l'>plan</th><th class='l'>token</th><th class='l'>submitted</th><th>tasks done</th>"
+            f"<th>running</th><th>erred</th><th>bytes predicted</th><th>bytes counted live</th></tr>{rows}</table>")
 
 
 def _plan_html(p: dict) -> str:
