@@ -178,8 +178,12 @@ nb("04-real-cluster", [
     """md: # A real cluster: `dask scheduler` and `dask worker` from the shell
 
 The cell below starts what you would type in a shell (`dask scheduler --host 127.0.0.1
---scheduler-file …` and two `dask worker --scheduler-file …`), then we connect, run a
-TRA program, open the tra_dask page of the dashboard, and shut the cluster down.""",
+--dashboard-address 127.0.0.1:0 --scheduler-file …` and two `dask worker --scheduler-file …
+--host 127.0.0.1 --dashboard-address 127.0.0.1:0`: Dask listens on every interface unless
+told, so each process gets `--host` and each dashboard its address on 127.0.0.1), then we
+connect, run a TRA program, open the tra_dask page of the dashboard, and shut the cluster
+down. (`tests/test_real_cluster.py` runs that cell and checks that nothing listens beyond
+127.0.0.1.)""",
     """import atexit, json, os, subprocess, sys, tempfile, time, urllib.request
 from pathlib import Path
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tra_dask import __version__, cli
+from test_real_cluster import listening
 
 TRA_DASK = [sys.executable, "-m", "tra_dask.cli"]
 DASK = str(Path(sys.executable).with_name("dask"))
@@ -195,6 +196,8 @@ def test_keep_serves_the_dashboard_until_ctrl_c():
         while "keeping the cluster up until Ctrl-C" not in (line := lines.get(timeout=deadline - time.monotonic())):
             pass
         status, page = re.search(r"dashboard (http://127\.0\.0\.1:\d+/status) \(this plan: (\S+)#\w+\)", line).groups()
+        addrs = listening([proc])  # the command, its scheduler and dashboard, its worker processes
+        assert len(addrs) >= 2 + 2 and {ip for ip, _ in addrs} == {"127.0.0.1"}, addrs
         body = {}
         for url in (status, page):
             with urllib.request.urlopen(url, timeout=10) as r:

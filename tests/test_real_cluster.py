@@ -1,13 +1,19 @@
 """A real cluster started with the `dask scheduler` and `dask worker` commands."""
 
+import contextlib
 import json
 import os
+import re
+import shlex
+import shutil
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from distributed import Client
 
@@ -103,3 +109,128 @@ def test_dask_native_on_a_dask_scheduler_cluster(real_cluster):
         np.testing.assert_allclose(td.submit(rows).to_dask_array().compute(), x.sum(axis=1, keepdims=True), rtol=1e-12)
         with pytest.raises(RuntimeError, match="kernel 'binary_liar'"):
             td.submit(td.aggregate(X, (0,), binary_liar)).to_numpy()
+
+
+# ---------------------------------------------------------------------------
+# clusters started as the README and notebook 04 say: nothing listens beyond 127.0.0.1
+
+README = Path(__file__).parents[1] / "README.md"
+NOTEBOOK_04 = Path(__file__).parents[1] / "notebooks" / "04-real-cluster.ipynb"
+DOC_PORT, DOC_DASHBOARD = "8786", "8787"  # the ports the README's commands use, replaced by free ones here
+
+
+def readme_commands(marker: str) -> list[list[str]]:
+    """The commands of the README's ```sh block that follows ``marker``, split as a shell would."""
+    block = re.search(re.escape(marker) + r".*?```sh\n(.*?)```", README.read_text(), re.S).group(1)
+    return [shlex.split(line.rstrip().removesuffix("&")) for line in block.splitlines() if line.strip()]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(procs) -> list[tuple[str, int]]:
+    """``(ip, port)`` of every socket the processes (and their children) listen on."""
+    out = []
+    for p in procs:
+        try:
+            family = [psutil.Process(p.pid)] + psutil.Process(p.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            continue
+        for q in family:
+            try:
+                out += [(c.laddr.ip, c.laddr.port) for c in q.net_connections(kind="inet")
+                        if c.status == psutil.CONN_LISTEN]
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+    return out
+
+
+def _stop(procs) -> None:
+    for p in procs[::-1]:  # the workers first, while their scheduler is there to let them go
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=10)
+
+
+def _wait_for_workers(address: str, n: int, procs, sec=None, timeout: float = 60) -> None:
+    from tra_dask import cli
+
+    deadline = time.monotonic() + timeout
+    while True:
+        dead = [p.args for p in procs if p.poll() is not None]
+        assert not dead, f"exited: {dead}"
+        try:
+            if len(cli.scheduler_workers(address, sec)) >= n:
+                return
+        except cli.UsageError:  # not listening yet
+            pass
+        assert time.monotonic() < deadline, f"{n} workers did not join {address} in {timeout:g} s"
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def documented_cluster(marker: str, cwd: Path, sec=None):
+    """The README's commands after ``marker`` (its ports replaced by free ones), run in
+    ``cwd``: the `dask` ones started, waited for; yields ``(address, dashboard, procs,
+    tra-dask argv lists)``."""
+    port, dashboard = str(free_port()), str(free_port())
+
+    def local(arg: str) -> str:
+        return port if arg == DOC_PORT else arg.replace(f":{DOC_PORT}", f":{port}").replace(
+            f":{DOC_DASHBOARD}", f":{dashboard}")
+
+    lines = [[local(a) for a in line] for line in readme_commands(marker)]
+    assert {line[0] for line in lines} == {"dask", "tra-dask"}, lines
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    procs = []
+    try:
+        for i, line in enumerate(line for line in lines if line[0] == "dask"):
+            log = open(cwd / f"dask-{i}.log", "w")
+            procs.append(subprocess.Popen([DASK, *line[1:]], cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT))
+            log.close()
+        runs = [[sys.executable, "-m", "tra_dask.cli", *line[1:]] for line in lines if line[0] == "tra-dask"]
+        address = runs[0][runs[0].index("--scheduler") + 1]
+        _wait_for_workers(address, sum(line[1] == "worker" for line in lines if line[0] == "dask"), procs, sec)
+        yield address, f"http://127.0.0.1:{dashboard}", procs, runs
+    finally:
+        _stop(procs)
+
+
+def test_the_readme_cluster_listens_on_loopback_only_and_runs_the_command(tmp_path):
+    with documented_cluster("A cluster of your own on this machine", tmp_path) as (address, dashboard, procs, runs):
+        assert address.startswith("tcp://127.0.0.1:")
+        addrs = listening(procs)
+        assert {ip for ip, _ in addrs} == {"127.0.0.1"}, addrs  # not 0.0.0.0, not ::
+        assert int(address.rsplit(":", 1)[1]) in {p for _, p in addrs}
+        assert int(dashboard.rsplit(":", 1)[1]) in {p for _, p in addrs}
+        assert len(addrs) >= 1 + 1 + 2 * 3  # scheduler and dashboard; each worker: nanny, worker, dashboard
+        out = subprocess.run(runs[0], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+        assert out.returncode == 0, out.stderr
+        assert f"cluster: scheduler {address}, 2 workers, 2 sites" in out.stdout and "-> OK" in out.stdout
+
+
+def test_notebook_04_starts_a_cluster_that_listens_on_loopback_only():
+    """The notebook's own cell that starts `dask scheduler` and `dask worker`, run here."""
+    import nbformat
+
+    cells = [c.source for c in nbformat.read(NOTEBOOK_04, 4).cells if c.cell_type == "code"]
+    (start,) = [s for s in cells if '"scheduler"' in s and "Popen" in s]
+    ns: dict = {}
+    try:
+        exec(compile(start, "04-real-cluster.ipynb", "exec"), ns)
+        address = json.loads(ns["sched_file"].read_text())["address"]
+        _wait_for_workers(address, 2, ns["procs"])
+        addrs = listening(ns["procs"])
+        assert addrs and {ip for ip, _ in addrs} == {"127.0.0.1"}, addrs
+    finally:
+        _stop(ns.get("procs", []))
+        if "tmp" in ns:
+            shutil.rmtree(ns["tmp"], ignore_errors=True)

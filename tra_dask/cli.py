@@ -5,7 +5,9 @@ multiply (§6.1) at ``scale`` times the paper's sizes, plans it, prints the plan
 its predicted cost, runs it on an embedded Dask cluster (or on ``--scheduler
 ADDRESS``) with a progress bar, checks sampled output blocks against numpy, and
 prints the wall time, predicted vs measured bytes moved between workers, and the
-dashboard links (``--keep``: the embedded cluster stays up until Ctrl-C).
+dashboard links (``--keep``: the embedded cluster stays up until Ctrl-C).  A
+``--scheduler tls://…`` is reached with ``--tls-ca-file``, ``--tls-cert`` and
+``--tls-key`` (the options ``dask scheduler`` and ``dask worker`` take).
 ``tra-dask explain matmul ...`` prints the plan and its predicted cost only: no
 cluster is started.
 
@@ -21,6 +23,7 @@ import platform
 import signal
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -87,11 +90,27 @@ def explain_matmul(args) -> int:
 # the cluster
 
 
-async def _identity(address: str) -> dict:
+def security(args):
+    """The ``distributed.Security`` for ``--scheduler``: the ``--tls-*`` files given
+    (over Dask's ``distributed.comm.tls`` settings), TLS required; None without them."""
+    given = {"tls_ca_file": args.tls_ca_file, "tls_client_cert": args.tls_cert, "tls_client_key": args.tls_key}
+    if not any(given.values()):
+        return None
+    from distributed import Security
+
+    for name, path in given.items():
+        if path is not None and not Path(path).is_file():
+            option = {"tls_ca_file": "--tls-ca-file", "tls_client_cert": "--tls-cert", "tls_client_key": "--tls-key"}[name]
+            raise UsageError(f"{option} {path}: no such file")
+    return Security(require_encryption=True, **{k: v for k, v in given.items() if v is not None})
+
+
+async def _identity(address: str, sec=None) -> dict:
     """The scheduler's answer to ``identity``, over a connection of our own."""
     from distributed.comm import connect
 
-    comm = await connect(address, timeout=CONNECT_TIMEOUT)
+    kw = sec.get_connection_args("client") if sec is not None else {}
+    comm = await connect(address, timeout=CONNECT_TIMEOUT, **kw)
     try:
         await comm.write({"op": "identity", "n_workers": -1, "reply": True})
         return await comm.read()
@@ -99,11 +118,17 @@ async def _identity(address: str) -> dict:
         comm.abort()
 
 
-def scheduler_workers(address: str) -> list[str]:
-    """The workers of the Dask scheduler at ``address``, asked within CONNECT_TIMEOUT
+def scheduler_workers(address: str, sec=None) -> list[str]:
+    """The workers of the Dask scheduler at ``address`` (``sec``: a
+    ``distributed.Security`` for a ``tls://`` address), asked within CONNECT_TIMEOUT
     seconds (a ``Client`` may wait forever on something that is not a scheduler)."""
+    if address.startswith("tls://") and (sec is None or not sec.tls_ca_file):
+        raise UsageError(f"--scheduler {address} is TLS: give --tls-ca-file, --tls-cert and --tls-key "
+                         f"(the CA that signed the scheduler's certificate, this client's certificate and key)")
+    if sec is not None and not address.startswith("tls://"):
+        raise UsageError(f"--tls-* options need a tls:// --scheduler address, not {address}")
     try:
-        identity = asyncio.run(asyncio.wait_for(_identity(address), CONNECT_TIMEOUT))
+        identity = asyncio.run(asyncio.wait_for(_identity(address, sec), CONNECT_TIMEOUT))
         return sorted(identity["workers"])
     except ValueError as e:  # a malformed address
         raise UsageError(f"--scheduler {address}: {e}") from e
@@ -134,7 +159,8 @@ def connect(args):
             return embedded_client(args.sites), "embedded LocalCluster on 127.0.0.1"
         finally:
             signal.signal(signal.SIGINT, previous)
-    n = len(scheduler_workers(args.scheduler))
+    sec = security(args)
+    n = len(scheduler_workers(args.scheduler, sec))
     if n == 0:
         raise UsageError(f"the Dask scheduler at {args.scheduler} has no workers")
     if args.sites is None:
@@ -142,7 +168,7 @@ def connect(args):
     elif args.sites > n:
         raise UsageError(f"--sites {args.sites} but the Dask scheduler at {args.scheduler} has {n} worker(s); "
                          f"one site runs on one worker")
-    client = Client(args.scheduler, timeout=f"{CONNECT_TIMEOUT:g}s", set_as_default=False)
+    client = Client(args.scheduler, timeout=f"{CONNECT_TIMEOUT:g}s", set_as_default=False, security=sec)
     return client, f"scheduler {args.scheduler}"
 
 
@@ -243,6 +269,9 @@ def parser() -> argparse.ArgumentParser:
     mm = run.add_parser("matmul", parents=[workload], help="matrix multiply (paper §6.1)")
     mm.add_argument("--scheduler", default=None, metavar="ADDRESS",
                     help="address of a running Dask scheduler (default: an embedded cluster on 127.0.0.1)")
+    for option, what in (("--tls-ca-file", "the CA certificate that signed the cluster's certificates"),
+                         ("--tls-cert", "this client's certificate"), ("--tls-key", "this client's private key")):
+        mm.add_argument(option, default=None, metavar="FILE", help=f"for a tls:// --scheduler: {what} (PEM)")
     mm.add_argument("--check", type=int, default=3, help="output blocks to check against numpy (default 3)")
     mm.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     mm.add_argument("--keep", action="store_true", help="keep the embedded cluster and its dashboard up until Ctrl-C")
@@ -263,6 +292,9 @@ def main(argv=None) -> int:
         p.error("--scale, --blocks and --sites must be positive")
     if getattr(args, "keep", False) and args.scheduler:
         p.error("--keep keeps the embedded cluster up; a --scheduler cluster stays up anyway")
+    if any(getattr(args, f"tls_{x}", None) for x in ("ca_file", "cert", "key")) and not args.scheduler:
+        p.error("--tls-ca-file, --tls-cert and --tls-key are for a tls:// --scheduler (the embedded cluster: "
+                "tra_dask.runtime.embedded_client(security=True))")
     try:
         return args.command(args)
     except KeyboardInterrupt:
