@@ -237,3 +237,121 @@ def test_final_result_with_holes_is_rejected(A):
     with pytest.raises(ValueError, match=r"keys have holes below the frontier \(2, 2\) \(missing \(0, 1\)"):
         td.evaluate(F)
     assert sorted(td.evaluate(F, check=False)) == [(0, 0), (1, 1)]
+
+
+# -- found by the fuzz campaign (issue 14; tests/test_fuzz.py) ---------------------------
+
+@pytest.mark.parametrize("shape, err, msg", [
+    ((float("inf"), 2), TypeError, r"extent inf \(float\) for dim 0; extents must be ints >= 1"),
+    ((float("nan"), 2), TypeError, r"extent nan \(float\)"),
+    ((4.7, 2.2), TypeError, r"extent 4\.7 \(float\)"),  # was truncated to (4, 2)
+    ((4.0, 2), TypeError, r"extent 4\.0 \(float\)"),
+    ("12", TypeError, r"shape must be a tuple of ints, got '12' \(str\)"),  # was (1, 2)
+    ((2, -3), ValueError, r"empty or negative dim"),
+    ((True, 2), TypeError, r"extent True \(bool\)"),
+    ((1,) * 65, ValueError, r"65 dims; a chunk is a numpy array, which has at most 64"),
+])
+def test_from_function_bad_shapes(shape, err, msg):
+    with pytest.raises(err, match=r"from_function F: .*" + msg):
+        td.from_function(lambda k: None, shape, 1, "float64", name="F")
+
+
+@pytest.mark.parametrize("dtype", ["U3", object, "not a dtype"])
+def test_sources_hold_numbers(dtype):
+    with pytest.raises(TypeError, match=r"from_function F: "):
+        td.from_function(lambda k: None, (2,), 1, dtype, name="F")
+    with pytest.raises(TypeError, match=r"from_numpy\(array of shape \(2,\) <U1\): dtype <U1 is not supported"):
+        td.from_numpy(np.array(["a", "b"]), 1)
+    with pytest.raises(TypeError, match=r"from_chunks C: chunk \(0,\): dtype object"):
+        td.from_chunks({(0,): np.array([None])}, name="C")
+
+
+def test_mistyped_kernel_declarations():
+    with pytest.raises(ValueError, match=r"td.kernel 'k': shape='sameish' is not a shape rule \(did you mean 'same'\?\)"):
+        td.kernel(lambda x: x, name="k", shape="sameish")  # was KeyError: 'sameish'
+    with pytest.raises(ValueError, match=r"td.kernel 'k': flops='elementwsie' is not a flops rule"):
+        td.kernel(lambda x: x, name="k", shape="same", flops="elementwsie")
+    with pytest.raises(TypeError, match=r"td.kernel 'k': shape must be one of 'same', 'broadcast' or a callable"):
+        td.kernel(lambda x: x, name="k", shape=5)
+    with pytest.raises(ValueError, match=r"td.kernel 'k': arity must be 1 \(transform\) or 2"):
+        td.kernel(lambda x: x, name="k", arity=3)
+
+
+@pytest.mark.parametrize("rule, msg", [
+    (lambda s: "12", r"its shape rule returned '12'; a chunk shape is a tuple of ints >= 0"),
+    (lambda s: (4.7, 2.2), r"its shape rule returned \(4\.7, 2\.2\)"),
+    (lambda s: (2, -1), r"its shape rule returned \(2, -1\)"),
+    (lambda s: s[5], r"its type rule raised IndexError: tuple index out of range on chunks of shape \(2, 3\)"),
+])
+def test_kernel_shape_rules_that_return_junk(A, rule, msg):
+    k = td.kernel(lambda x: x, name="junk_rule", shape=rule, register_as=False)
+    with pytest.raises(ValueError, match=r"transform\(A, kernel='junk_rule'\): kernel 'junk_rule': " + msg):
+        td.transform(A, k)
+
+
+def test_kernel_with_a_fixed_output_dtype(A):
+    k = td.kernel(lambda x: x.astype("float32"), name="to32", shape="same", dtype="float32", register_as=False)
+    C = td.transform(A, k)
+    assert C.dtype == np.float32 and td.to_numpy(C).dtype == np.float32
+
+
+def test_kernel_returning_objects_is_refused_when_probed(A):
+    with pytest.raises(ValueError, match=r"transform\(A.*its output dtype is object"):
+        td.transform(A, lambda x: np.array([None] * x.size, dtype=object).reshape(x.shape))
+
+
+@pytest.mark.parametrize("fn, raised", [
+    (lambda k: (k[2],), "IndexError: tuple index out of range"),
+    (lambda k: (k[0] // 0,), "ZeroDivisionError: integer division or modulo by zero"),
+])
+def test_user_key_functions_that_raise_name_the_relation_and_key(A, fn, raised):
+    with pytest.raises(ValueError, match=r"rekey\(A, <key function .*>\): <key function .*> raised " + raised
+                                         + r" for key \(0, 0\)"):
+        td.rekey(A, fn)
+    with pytest.raises(ValueError, match=r"filter\(A, <predicate .*>\): <predicate .*> raised " + raised
+                                         + r" for key \(0, 0\)"):
+        td.filter(A, lambda k: fn(k) == (0,))
+
+
+def test_key_values_past_int64(A):
+    with pytest.raises(ValueError, match=r"rekey\(A, .*\): key expression .* overflows int64"):
+        td.rekey(A, ((k0 + 2) * 2**62 + k1,))
+    with pytest.raises(ValueError, match=r"key constant 36893488147419103232 does not fit in int64"):
+        td.filter(A, k0 < 2**65)
+    with pytest.raises(ValueError, match=r"rekey\(A, .*\): .*entry 36893488147419103232 that does not fit in int64"):
+        td.rekey(A, lambda k: (k[0] * 2**65 + k[1],))
+
+
+def test_bool_minus_bool_is_refused():
+    Bl = td.from_numpy(np.ones((2, 2), bool), 1, name="Bl")
+    with pytest.raises(ValueError, match=r"aggregate\(Bl.*cannot subtract boolean chunks"):
+        td.aggregate(Bl, (), "sub")  # numpy raises on bool - bool: it would fail when it runs
+
+
+def test_results_with_holes_are_refused_before_anything_runs(A):
+    # the cluster path makes evaluate's check on the exact types first: no client, no
+    # cluster is needed to refuse (an earlier campaign got 20 such results back)
+    from tra_dask.logical import check_outputs
+
+    F = td.filter(A, k0 == k1)
+    for run in (td.submit, td.compute):
+        with pytest.raises(ValueError, match=r"result filter\(A\): keys have holes below the frontier"):
+            run(F)
+        with pytest.raises(ValueError, match=r"holes"):
+            run({"ok": td.rekey(F, k0), "holes": F})
+    with pytest.raises(ValueError, match=r"holes"):
+        check_outputs(td.compile(F, sites=2))  # a plan's outputs too
+    check_outputs((td.rekey(F, k0), A))  # continuous: fine
+
+
+def test_array_expressions_refused_when_written_not_when_run():
+    x = np.ones((4, 4))
+    with pytest.raises(ValueError, match=r"a slice cuts .* axis 0 at 1, inside a chunk"):
+        td.from_array(x, chunks=2)[1:3]
+    with pytest.raises(ValueError, match=r"arrays cut differently along one axis"):
+        td.from_array(x, chunks=2) + td.from_array(x, chunks=1)  # was raised by td.to_numpy / compute
+    with pytest.raises(ValueError, match=r"einsum 'ii': index 'i' is repeated in operand 0 \(shape \(1, 2\)\)"):
+        td.einsum("ii", np.ones((1, 2)))  # numpy refuses it too; it was computed
+    with pytest.raises(ValueError, match=r"transpose: axes \(\) are not a permutation of 0..0"):
+        td.asarray(np.ones(3)).transpose(())  # was read as "reverse"
+    assert td.to_numpy(td.asarray(np.array(2.0)).transpose(())) == 2.0

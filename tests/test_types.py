@@ -128,3 +128,57 @@ def test_to_numpy_keeps_unsplit_trailing_dims():
 def test_to_numpy_of_single_chunk_with_empty_key(RA):
     from helpers import PAPER_A
     np.testing.assert_array_equal(td.to_numpy(td.aggregate(RA, (), "add")), PAPER_A[:2, :2] + PAPER_A[:2, 2:] + PAPER_A[2:, :2] + PAPER_A[2:, 2:])
+
+
+# -- typing limits (issue 14): linear in the chunks at any rank, bounded key sets -----
+
+def test_high_rank_relations_type_promptly():
+    # one chunk shape per occurring edge pattern, never one per 2**rank code: rank 22
+    # took 24 s and rank 40 never ended
+    import time
+
+    t0 = time.monotonic()
+    R40 = td.from_function(lambda k: np.zeros((1,) * 40), (1,) * 40, 1, "float64", name="R40")
+    R22 = td.from_numpy(np.broadcast_to(np.float64(0), (3,) * 22), 3, name="R22")  # a view: no data
+    edges = td.from_function(lambda k: None, (3,) + (2,) * 39, (2,) * 40, "float32", name="E")
+    assert time.monotonic() - t0 < 10
+    assert (R40.ntuples, R40.frontier, R40.type.shapes) == (1, (1,) * 40, ((1,) * 40,))
+    assert R22.ntuples == 1 and R22.chunk_shape((0,) * 22) == (3,) * 22
+    assert edges.ntuples == 2 and edges.chunk_shape((1,) + (0,) * 39) == (1,) + (2,) * 39
+    assert td.to_numpy(R40).shape == (1,) * 40
+
+
+def test_grid_edge_chunk_shapes():
+    from tra_dask.types import grid_type
+
+    t = grid_type((5, 5, 5), (2, 5, 3), "float64")
+    assert t.chunk_shapes() == {(0, 0, 0): (2, 5, 3), (0, 0, 1): (2, 5, 2), (1, 0, 0): (2, 5, 3),
+                                (1, 0, 1): (2, 5, 2), (2, 0, 0): (1, 5, 3), (2, 0, 1): (1, 5, 2)}
+
+
+@pytest.mark.parametrize("build", [
+    lambda: td.from_function(lambda k: None, (10**5, 10**5), 1, "float64", name="huge"),
+    lambda: td.from_function(lambda k: None, (2,) * 40, 1, "float64", name="huge"),
+    lambda: td.join(td.from_function(lambda k: None, (10**4,), 1, "f8", name="huge"),
+                    td.from_function(lambda k: None, (10**4,), 1, "f8", name="other"), (), (), "mul"),
+    lambda: td.rekey(td.from_function(lambda k: None, (10**6,), 1, "f8", name="huge"), td.keys.insert_dim(0, 10**3)),
+    lambda: td.tile(td.from_function(lambda k: None, (10**8,), 10**8, "f8", name="huge"), 0, 1),
+])
+def test_key_sets_past_the_limit_are_a_clear_error(build):
+    # a ValueError naming the relation and the limit, not a MemoryError from numpy
+    with pytest.raises(ValueError, match=r"huge.*tuples of key arity \d+; a relation may hold at most [\d,]+ tuples"
+                                         r".*use bigger chunks"):
+        build()
+
+
+def test_the_limit_is_per_arity(monkeypatch):
+    import tra_dask.types as types
+
+    monkeypatch.setattr(types, "MAX_KEY_ENTRIES", 1000)
+    assert types.max_tuples(0) == types.max_tuples(1) == 1000 and types.max_tuples(2) == 500
+    assert td.from_function(lambda k: None, (1000,), 1, "f8").ntuples == 1000  # at the limit: fine
+    assert td.from_function(lambda k: None, (20, 25), 1, "f8").ntuples == 500
+    with pytest.raises(ValueError, match="1,001 tuples of key arity 1; a relation may hold at most 1,000"):
+        td.from_function(lambda k: None, (1001,), 1, "f8")
+    with pytest.raises(ValueError, match="at most 500 tuples"):
+        td.from_function(lambda k: None, (20, 26), 1, "f8")

@@ -20,6 +20,7 @@ from .logical import (
     tile,
     transform,
 )
+from .logical import check_outputs
 from .logical import to_numpy as _relation_to_numpy
 from .frontend import Array, asarray, dot, einsum, from_array, matmul, tensordot
 from .optimizer import ClusterSpec, Plan, compile, optimize
@@ -47,26 +48,32 @@ def to_numpy(x, chunks=None):
     return _relation_to_numpy(x, chunks)
 
 
-def submit(x, client=None, sites=None, **kw):
+def submit(x, client=None, sites=None, *, check: bool = True, **kw):
     """Run a TRA expression, a Plan or a :class:`td.Array` on a Dask cluster (see
-    :func:`tra_dask.runtime.submit`); futures back."""
+    :func:`tra_dask.runtime.submit`); futures back.  With ``check`` (the default),
+    every output must satisfy the integrity constraints, as for :func:`evaluate`
+    (checked on the exact types, before planning)."""
     if _arrays(x):
         from .frontend.run import submit as _submit_array
 
         return _submit_array(x, client, sites, **kw)
+    if check:
+        check_outputs(x)
     from . import runtime
 
     return runtime.submit(x, client, sites, **kw)
 
 
-def compute(x, client=None, sites=None, **kw):
+def compute(x, client=None, sites=None, *, check: bool = True, **kw):
     """Run and gather: a numpy array for a :class:`td.Array`, ``{key: chunk}`` for a
     relation (see :func:`tra_dask.runtime.compute`); a tuple of arrays runs as one
-    plan."""
+    plan.  ``check`` as for :func:`submit`."""
     if _arrays(x):
         from .frontend.run import compute as _compute_array
 
         return _compute_array(x, client, sites, **kw)
+    if check:
+        check_outputs(x)
     from . import runtime
 
     return runtime.compute(x, client, sites, **kw)

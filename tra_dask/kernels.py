@@ -193,29 +193,82 @@ class Kernel:
             else:
                 shape = self.shape(*(t.shape for t in inputs))
                 dtype = self.dtype(*(t.dtype for t in inputs))
-            shape, dtype = tuple(int(v) for v in shape), np.dtype(dtype)
         except KernelTypeError as e:
             raise KernelTypeError(f"kernel {self!r}: {e}") from None
-        return ArrayType(shape, dtype)
+        except Exception as e:  # a user's rule that fails is a rule that does not fit these chunks
+            shapes = " and ".join(str(t.shape) for t in inputs)
+            raise KernelTypeError(
+                f"kernel {self!r}: its type rule raised {type(e).__name__}: {e} on chunks of shape {shapes}"
+            ) from None
+        return ArrayType(_checked_shape(self, shape), _checked_dtype(self, dtype))
 
-    def distributes(self, binary: "Kernel", *, equal_shapes: bool) -> bool:
+    def distributes(self, binary: "Kernel", *, equal_shapes: bool, dtypes=None) -> bool:
         """Whether ``self(binary(a, b)) == binary(self(a), self(b))`` is *proved* for
         the chunks it will see: ``binary`` must be the registered kernel its name
         declares (an opaque callable, or another function that happens to share a
         registered name, never matches), ``self`` must declare the law and not be
         opaque, and unless every pair of chunks has ``equal_shapes`` the law needs
         ``self`` to be elementwise (``row_sum(a + b) != row_sum(a) + row_sum(b)``
-        when ``a`` is (8, 1) and ``b`` is (1, 8))."""
+        when ``a`` is (8, 1) and ``b`` is (1, 8)).
+
+        ``dtypes``: the dtypes of ``a`` and ``b``.  The laws are facts about one dtype:
+        when ``self`` changes it, ``binary`` runs in another one on each side
+        (``row_sum`` of bool chunks is int, and ``add`` of bools is ``or``:
+        ``row_sum(a + b) != row_sum(a) + row_sum(b)``; int32 sums overflow where int64
+        ones do not), so given dtypes the law needs ``self`` to keep every one of them.
+
+        >>> get_kernel("row_sum").distributes(get_kernel("add"), equal_shapes=True, dtypes=["float64"])
+        True
+        >>> get_kernel("row_sum").distributes(get_kernel("add"), equal_shapes=True, dtypes=["bool"])
+        False
+        """
         if self.opaque or binary.opaque or binary.params or binary.name not in self.distributes_over:
             return False
         if _REGISTRY.get(binary.name) != binary:
             return False
+        if dtypes is not None and not all(self._keeps_dtype(np.dtype(d)) for d in dtypes):
+            return False
         return equal_shapes or self.elementwise
+
+    def _keeps_dtype(self, dtype: np.dtype) -> bool:
+        """Whether a unary kernel's output dtype is its input's, for ``dtype`` chunks."""
+        for shape in ((2, 2), (2,)):  # a shape every unary kernel takes (2-d ones need 2-d)
+            try:
+                return self.out_type(ArrayType(shape, dtype)).dtype == dtype
+            except KernelTypeError:
+                continue
+        return False
 
     def __repr__(self):
         if self.params:
             return f"{self.name}({', '.join(map(repr, self.params))})"
         return repr(self.name) if not self.opaque else f"<kernel {self.name}>"
+
+
+def _checked_shape(k: Kernel, shape) -> Shape:
+    """A shape rule's answer as a tuple of non-negative ints, or a KernelTypeError
+    (``"12"`` is not the shape ``(1, 2)``, ``(4.7, 2)`` is not ``(4, 2)``)."""
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
+        shape = (shape,)
+    ok = isinstance(shape, (tuple, list)) and all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v >= 0 for v in shape)
+    if not ok:
+        raise KernelTypeError(
+            f"kernel {k!r}: its shape rule returned {shape!r}; a chunk shape is a tuple of ints >= 0"
+        )
+    return tuple(int(v) for v in shape)
+
+
+def _checked_dtype(k: Kernel, dtype) -> np.dtype:
+    try:
+        dtype = np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise KernelTypeError(f"kernel {k!r}: its dtype rule returned {dtype!r}, which is not a dtype") from None
+    if dtype.kind not in "biufc":
+        raise KernelTypeError(
+            f"kernel {k!r}: its output dtype is {dtype}; chunks are bool, integer, float or complex arrays"
+        )
+    return dtype
 
 
 _REGISTRY: dict[str, Kernel] = {}
@@ -297,16 +350,67 @@ def kernel(
     """
 
     def wrap(f: Callable) -> Kernel:
-        n = name or f.__name__
+        if not callable(f):
+            raise TypeError(f"td.kernel: the kernel must be a callable chunk(s) -> chunk, got {f!r}")
+        n = name or getattr(f, "__name__", None) or type(f).__name__
+        if not isinstance(n, str) or not n:
+            raise TypeError(f"td.kernel: name must be a non-empty str, got {n!r}")
+        where = f"td.kernel {n!r}"
+        if arity is not None and (isinstance(arity, bool) or arity not in (1, 2)):
+            raise ValueError(f"{where}: arity must be 1 (transform) or 2 (join, aggregate), got {arity!r}")
         a = arity if arity is not None else _count_args(f)
-        s = _SHAPE_RULES[shape] if isinstance(shape, str) else shape
-        fl = _FLOP_RULES[flops] if isinstance(flops, str) else flops
-        k = Kernel(n, f, a, s, dtype or _promote, fl, associative, commutative, identity,
+        s = _rule(where, "shape", shape, _SHAPE_RULES)
+        fl = _rule(where, "flops", flops, _FLOP_RULES)
+        k = Kernel(n, f, a, s, _dtype_rule(where, dtype), fl, associative, commutative, identity,
                    frozenset(distributes_over), elementwise=elementwise,
                    probe=_probe_rule(f) if shape is None else None)
         return register(k) if register_as else k
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _rule(where: str, what: str, spec, named: dict):
+    """A declared shape or flop rule: one of the ``named`` ones, a callable, or None
+    (shape only: learned by a dry run)."""
+    if isinstance(spec, str):
+        if spec not in named:
+            close = difflib.get_close_matches(spec, named, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(
+                f"{where}: {what}={spec!r} is not a {what} rule{hint}; valid: "
+                f"{', '.join(map(repr, named))}, a callable" + (", or None (learned by a dry run)" if what == "shape" else "")
+            )
+        return named[spec]
+    if callable(spec) or (spec is None and what == "shape"):
+        return spec
+    raise TypeError(
+        f"{where}: {what} must be one of {', '.join(map(repr, named))} or a callable "
+        f"(*in_shapes) -> {'out_shape' if what == 'shape' else 'int'}, got {spec!r}"
+    )
+
+
+def _dtype_rule(where: str, dtype):
+    """A dtype rule: a callable ``(*in_dtypes) -> dtype``, a fixed dtype (``"float32"``),
+    or None (numpy's promotion of the inputs)."""
+    if dtype is None:
+        return _promote
+    if callable(dtype) and not isinstance(dtype, type):
+        return dtype
+    try:
+        fixed = np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise TypeError(f"{where}: dtype must be a dtype or a callable (*in_dtypes) -> dtype, got {dtype!r}") from None
+    return _Fixed(fixed)
+
+
+@dataclass(frozen=True)
+class _Fixed:
+    """The dtype rule of a kernel declared with one output dtype."""
+
+    dtype: np.dtype
+
+    def __call__(self, *dtypes):
+        return self.dtype
 
 
 def _count_args(f: Callable) -> int:
@@ -364,7 +468,13 @@ def _max(a, b): return array_module(a, b).maximum(a, b)
 
 
 _binary_elementwise("add", _add, associative=True, commutative=True, identity=0.0)
-_binary_elementwise("sub", _sub)
+def _sub_dtype(a, b) -> np.dtype:
+    if np.dtype(a) == np.bool_ and np.dtype(b) == np.bool_:  # numpy refuses bool - bool
+        raise KernelTypeError("cannot subtract boolean chunks (numpy has no bool - bool; cast them first)")
+    return _promote(a, b)
+
+
+_binary_elementwise("sub", _sub, dtype=_sub_dtype)
 _binary_elementwise("mul", _mul, associative=True, commutative=True, identity=1.0)
 _binary_elementwise("div", _div, dtype=lambda a, b: np.true_divide(np.ones(1, a), np.ones(1, b)).dtype)
 _binary_elementwise("min", _min, associative=True, commutative=True, identity=float("inf"))

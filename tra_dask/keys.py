@@ -132,9 +132,16 @@ class Dim(KeyExpr):
         return f"k{self.i}"
 
 
+_INT64 = (-(2**63), 2**63 - 1)
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Const(KeyExpr):
     value: int
+
+    def __post_init__(self):
+        if not _INT64[0] <= self.value <= _INT64[1]:
+            raise ValueError(f"key constant {self.value} does not fit in int64; key values are below 2**63")
 
     @property
     def token(self):
@@ -178,7 +185,11 @@ class BinOp(KeyExpr):
         a, b = self.a.evaluate(keys), self.b.evaluate(keys)
         if self.op in ("//", "%") and np.any(np.asarray(b) == 0):
             raise ValueError(f"key expression {self!r} divides by zero for some key")
-        return _ARITH[self.op][1](a, b)
+        with np.errstate(over="ignore"):
+            out = _ARITH[self.op][1](a, b)
+        if self.op in ("+", "-", "*") and _overflowed(self.op, a, b, out):
+            raise ValueError(f"key expression {self!r} overflows int64 for some key; key values are below 2**63")
+        return out
 
     def substitute(self, exprs) -> KeyExpr:
         return BinOp(self.op, self.a.substitute(exprs), self.b.substitute(exprs))
@@ -187,6 +198,21 @@ class BinOp(KeyExpr):
         if self.op == "*" and isinstance(self.a, Const):
             return f"{self.a!r}*{self.b!r}"
         return f"({self.a!r} {self.op} {self.b!r})"
+
+
+def _overflowed(op: str, a, b, out) -> bool:
+    """Whether int64 ``a op b`` wrapped around for some element (numpy does not say)."""
+    a, b, out = np.asarray(a), np.asarray(b), np.asarray(out)
+    if op == "+":  # same signs in, another sign out
+        return bool(np.any(((a >= 0) == (b >= 0)) & ((out >= 0) != (a >= 0))))
+    if op == "-":  # different signs in, not the sign of a out
+        return bool(np.any(((a >= 0) != (b >= 0)) & ((out >= 0) != (a >= 0))))
+    big = (np.abs(a.astype(np.float64)) * np.abs(b.astype(np.float64))) >= 2.0**62
+    if not np.any(big):
+        return False
+    aa, bb, oo = np.broadcast_arrays(a, b, out)
+    m = big if big.shape == oo.shape else np.broadcast_to(big, oo.shape)
+    return any(int(x) * int(y) != int(z) for x, y, z in zip(aa[m].tolist(), bb[m].tolist(), oo[m].tolist()))
 
 
 class _DimFactory:
@@ -378,7 +404,7 @@ class CallablePredicate(Predicate):
     def evaluate(self, keys):
         out = np.empty(len(keys), dtype=bool)
         for i, row in enumerate(keys.tolist()):
-            v = self.fn(tuple(row))
+            v = _call_user(self, tuple(row))
             if not isinstance(v, (bool, np.bool_)):
                 raise TypeError(
                     f"predicate {self!r} returned {v!r} ({type(v).__name__}) for key "
@@ -617,11 +643,12 @@ class CallableKeyFn(KeyFn):
     dims_read = None
 
     def out_arity(self, in_arity: int) -> int:
-        return len(normalize_key(self.fn((0,) * in_arity), where=f"key function {self!r}"))
+        key = (0,) * in_arity
+        return len(normalize_key(_call_user(self, key), where=f"key function {self!r} at key {key}"))
 
     def apply(self, keys: np.ndarray):
         where = f"key function {self!r}"
-        out = [normalize_key(self.fn(tuple(r)), where=where) for r in keys.tolist()]
+        out = [normalize_key(_call_user(self, r), where=f"{where} at key {r}") for r in map(tuple, keys.tolist())]
         arities = {len(o) for o in out}
         if len(arities) > 1:
             raise ValueError(f"{where} returned keys of different arities {sorted(arities)}")
@@ -630,6 +657,17 @@ class CallableKeyFn(KeyFn):
 
     def __repr__(self):
         return f"<key function {getattr(self.fn, '__qualname__', repr(self.fn))}>"
+
+
+def _call_user(f, key: Key):
+    """``f.fn(key)`` for an opaque key function or predicate ``f``; an exception from the
+    user's code (an IndexError for a dim the key does not have, a ZeroDivisionError)
+    becomes a ValueError naming the function and the key (a TypeError stays one)."""
+    try:
+        return f.fn(key)
+    except Exception as e:
+        cls = TypeError if isinstance(e, TypeError) else ValueError
+        raise cls(f"{f!r} raised {type(e).__name__}: {e} for key {key}") from e
 
 
 def key_map(*exprs) -> KeyMap:

@@ -36,6 +36,9 @@ __all__ = [
     "normalize_chunks",
     "encode_rows",
     "join_pairs",
+    "check_size",
+    "max_tuples",
+    "MAX_KEY_ENTRIES",
 ]
 
 
@@ -87,6 +90,8 @@ def normalize_key(key, *, where: str = "key") -> Key:
             )
         if v < 0:
             raise ValueError(f"{where}: key {key!r} has a negative entry {v}; keys are non-negative")
+        if v >= 2**63:
+            raise ValueError(f"{where}: key {key!r} has an entry {v} that does not fit in int64; keys are below 2**63")
         out.append(int(v))
     return tuple(out)
 
@@ -315,6 +320,20 @@ def key_codes(left: np.ndarray, ldims, right: np.ndarray, rdims) -> tuple[np.nda
             return _mixed_radix_cols(left, ldims, bases), _mixed_radix_cols(right, rdims, bases)
     codes = encode_rows(np.concatenate([left[:, ldims], right[:, rdims]]))
     return codes[:nl], codes[nl:]
+
+
+def pair_count(lc: np.ndarray, rc: np.ndarray) -> int:
+    """How many pairs :func:`join_codes` would make (without making them).
+
+    >>> pair_count(np.array([0, 1, 1]), np.array([1, 0, 1]))
+    5
+    """
+    if not len(lc) or not len(rc):
+        return 0
+    lv, lcount = np.unique(lc, return_counts=True)
+    rv, rcount = np.unique(rc, return_counts=True)
+    _, li, ri = np.intersect1d(lv, rv, assume_unique=True, return_indices=True)
+    return int(np.dot(lcount[li].astype(object), rcount[ri].astype(object))) if len(li) else 0
 
 
 def join_codes(lc: np.ndarray, rc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -723,24 +742,64 @@ def grid_extents(shape: Shape, chunks: Shape) -> list[list[int]]:
     return out
 
 
-def grid_type(shape: Shape, chunks: Shape, dtype) -> RelationType:
+def grid_type(shape: Shape, chunks: Shape, dtype, *, where: str = "grid_type") -> RelationType:
     """The type of a tensor of ``shape`` cut into chunks of ``chunks`` (one key dim
-    per array dim, smaller edge chunks)."""
+    per array dim, smaller edge chunks).
+
+    Linear in the number of chunks at any rank: only the chunk shapes that occur are
+    made (a dim whose last chunk is smaller doubles them, but it also has two chunks
+    at least, so there are never more shapes than chunks).
+
+    >>> grid_type((1,) * 40, (1,) * 40, "float64").ntuples
+    1
+    """
     if any(n <= 0 for n in shape):
-        raise ValueError(f"grid_type: shape {shape} has an empty dim; every extent must be >= 1")
+        raise ValueError(f"{where}: shape {shape} has an empty dim; every extent must be >= 1")
     extents = grid_extents(shape, chunks)
     nblocks = tuple(len(e) for e in extents)
+    check_size(where, math.prod(nblocks), len(shape), what=f"a tensor of shape {tuple(shape)} in chunks of "
+               f"{tuple(chunks)} ({' x '.join(map(str, nblocks))} chunks)")
     keys = np.indices(nblocks).reshape(len(shape), -1).T.astype(np.int64) if shape else np.zeros((1, 0), np.int64)
-    # shape id: mixed radix over "is this the smaller edge chunk" per dim
-    per_dim = [np.array([0] * (len(e) - 1) + [0 if e[-1] == e[0] else 1]) for e in extents]
+    # shape id: a mixed-radix number over "is this the smaller edge chunk" of the ragged
+    # dims only (those with a smaller last chunk); each has >= 2 chunks, so the ids in use
+    # number at most the chunks, and fit in int64 (2**62 chunks are far over the size limit)
+    ragged = [d for d, e in enumerate(extents) if e[-1] != e[0]]
     ids = np.zeros(len(keys), dtype=np.int64)
-    for d, flags in enumerate(per_dim):
-        ids = ids * 2 + flags[keys[:, d]]
-    shapes = []
-    for code in range(2 ** len(shape)):
-        bits = [(code >> (len(shape) - 1 - d)) & 1 for d in range(len(shape))]
-        shapes.append(tuple(e[-1] if b else e[0] for e, b in zip(extents, bits)))
-    return RelationType(keys, ids, shapes, dtype)
+    for d in ragged:
+        ids = ids * 2 + (keys[:, d] == nblocks[d] - 1)
+    used, ids = unique_inverse(ids)  # only the codes that occur (never 2**rank of them)
+    table = np.tile(np.array([e[0] for e in extents], dtype=np.int64), (len(used), 1))
+    for i, d in enumerate(reversed(ragged)):
+        table[:, d] = np.where((used >> i) & 1, extents[d][-1], extents[d][0])
+    return RelationType(keys, ids, [tuple(r) for r in table.tolist()], dtype)
+
+
+# Planning keeps every relation's keys as an int64 array in memory (several copies
+# while a type is derived): past this many key entries (tuples x key arity) a relation
+# is refused with a ValueError rather than a MemoryError deep inside numpy.
+MAX_KEY_ENTRIES = 2**27  # 1 GiB of keys: 6.7e7 tuples of arity 2, 4.5e7 of arity 3
+
+
+def max_tuples(arity: int) -> int:
+    """How many tuples a relation of key ``arity`` may hold (:data:`MAX_KEY_ENTRIES`)."""
+    return MAX_KEY_ENTRIES // max(int(arity), 1)
+
+
+def check_size(where: str, ntuples: int, arity: int, *, what: str = "") -> None:
+    """A ValueError naming ``where`` when a relation of ``ntuples`` tuples of key
+    ``arity`` would be more than planning can hold (:func:`max_tuples`).
+
+    >>> check_size("from_function f", 10**9, 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: from_function f: 1,000,000,000 tuples of key arity 2; a relation may hold at most 67,108,864 tuples of that arity (its keys are planned in memory); use bigger chunks
+    """
+    limit = max_tuples(arity)
+    if ntuples > limit:
+        raise ValueError(
+            f"{where}: {f'{what}: ' if what else ''}{int(ntuples):,} tuples of key arity {arity}; a relation may "
+            f"hold at most {limit:,} tuples of that arity (its keys are planned in memory); use bigger chunks"
+        )
 
 
 def keys_from_list(keys: Iterable[Key], arity: int) -> np.ndarray:

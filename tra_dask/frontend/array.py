@@ -18,6 +18,7 @@ import numbers
 import numpy as np
 
 from .chunk_ops import BINARY_OPS
+from .chunking import check_chunking
 from .einsum import parse
 from .nodes import ArgReduce, Einsum, Elementwise, Leaf, Permute, Reduce, ScalarOp, Slice, Take, Unary
 
@@ -70,7 +71,10 @@ def from_array(x, chunks=None, name: str | None = None) -> "Array":
         return Array(Leaf(tuple(int(n) for n in x.shape), np.dtype(x.dtype), data=x, kind="dask",
                           chunks=_regular_chunks(x.chunks), name=name or f"dask[{x.name[:16]}]"))
     if not (hasattr(x, "shape") and hasattr(x, "dtype") and hasattr(x, "__getitem__")):
-        x = np.asarray(x)
+        try:
+            x = np.asarray(x)
+        except (TypeError, ValueError) as e:  # a ragged list, ...
+            raise ValueError(f"from_array: {type(x).__name__} is not an array ({e})") from None
     shape = tuple(int(n) for n in x.shape)
     if any(n == 0 for n in shape):
         raise ValueError(f"from_array: shape {shape} has an empty axis; tra_dask arrays need every extent >= 1")
@@ -128,6 +132,8 @@ class Array:
     __array_priority__ = 50
 
     def __init__(self, node):
+        if not isinstance(node, Leaf):
+            check_chunking(node)  # chunks fixed by the data must fit: say so now, not when it runs
         self._node = node
 
     # -- metadata -----------------------------------------------------------
@@ -274,11 +280,14 @@ class Array:
     # -- shape ----------------------------------------------------------------
     def transpose(self, *axes):
         if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
-            axes = axes[0]
-        if axes and any(not isinstance(a, (int, np.integer)) or not -self.ndim <= a < self.ndim for a in axes):
+            axes = axes[0]  # x.transpose(None), x.transpose((1, 0)); x.transpose(()) is the empty permutation
+        elif not axes:
+            axes = None  # x.transpose(): reversed
+        if axes is not None and any(isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer))
+                                    or not -self.ndim <= a < self.ndim for a in axes):
             raise ValueError(f"td.Array.transpose: axes {axes!r} out of range for an array of rank {self.ndim}; "
                              f"valid axes: {-self.ndim}..{self.ndim - 1}")
-        perm = tuple(range(self.ndim))[::-1] if not axes else tuple(int(a) % max(self.ndim, 1) for a in axes)
+        perm = tuple(range(self.ndim))[::-1] if axes is None else tuple(int(a) % max(self.ndim, 1) for a in axes)
         if sorted(perm) != list(range(self.ndim)):
             raise ValueError(f"td.Array.transpose: axes {axes!r} are not a permutation of 0..{self.ndim - 1}")
         return Array(Permute(tuple(self.shape[p] for p in perm), self.dtype, inputs=(self._node,), perm=perm))
@@ -383,7 +392,8 @@ class Array:
 def _scalar_node(x, op, c, reflected):
     one = np.ones(1, x.dtype)
     f = BINARY_OPS[op]
-    dtype = (f(c, one) if reflected else f(one, c)).dtype
+    with np.errstate(all="ignore"):  # only the dtype is wanted (1 / 0 is fine)
+        dtype = (f(c, one) if reflected else f(one, c)).dtype
     return ScalarOp(x.shape, dtype, inputs=(x,), op=op, value=c, reflected=bool(reflected))
 
 

@@ -23,7 +23,16 @@ from dataclasses import dataclass, field
 
 from .nodes import Einsum, Leaf, Slice
 
-__all__ = ["AxisClasses", "Choice", "choose"]
+__all__ = ["AxisClasses", "Choice", "check_chunking", "choose"]
+
+
+def check_chunking(node) -> None:
+    """The checks the chooser makes, made when an expression is written: arrays whose
+    chunks are fixed (relations, ``from_array(x, chunks=...)``) cut every axis class
+    alike, and slices cut them on chunk boundaries (ValueErrors naming the arrays)."""
+    cl = AxisClasses([node])
+    for ci in range(len(cl.classes)):
+        cl.pinned(ci)
 
 
 class AxisClasses:
@@ -114,9 +123,9 @@ class AxisClasses:
         n, a = self.classes[ci][0]
         return f"axis {a} of a {n.shape} result"
 
-    def candidates(self, ci: int, sites: int) -> list[int]:
-        """Block sizes to try for class ``ci``: its fixed chunks first, then grids
-        that fit the cluster, each on the slices' cut points."""
+    def pinned(self, ci: int) -> list[int]:
+        """The block sizes the data or the user fix for class ``ci`` (none: free);
+        a ValueError when a slice cuts inside one of them."""
         n = self.extent[ci]
         pinned = list(self.rigid[ci]) or ([min(self.given[ci], max(1, n))] if self.given[ci] is not None else [])
         for b in pinned:
@@ -128,6 +137,13 @@ class AxisClasses:
                     f"{b}, so slices may start and stop at multiples of {b} (or the end, {n}); let tra_dask "
                     f"choose the chunks (numpy input without chunks=) or slice on a boundary"
                 )
+        return pinned
+
+    def candidates(self, ci: int, sites: int) -> list[int]:
+        """Block sizes to try for class ``ci``: its fixed chunks first, then grids
+        that fit the cluster, each on the slices' cut points."""
+        n = self.extent[ci]
+        pinned = self.pinned(ci)
         if pinned:
             return pinned
         # grids that fit the sites: p per index, √p and ∛p (2-D and 3-D site grids),

@@ -84,6 +84,14 @@ def parse(subscripts: str, shapes: list[tuple]):
     sizes: dict = {}
     where: dict = {}
     for i, (term, shape) in enumerate(zip(expanded, shapes)):
+        for c in set(term):  # a diagonal: numpy broadcasts across operands, never within one
+            ext = {int(n) for t, n in zip(term, shape) if t == c}
+            if len(ext) > 1:
+                raise ValueError(
+                    f"einsum {subscripts!r}: index {c!r} is repeated in operand {i} (shape {shape}) with "
+                    f"extents {sorted(ext)}; a repeated index takes a diagonal, so its axes need one extent"
+                )
+    for i, (term, shape) in enumerate(zip(expanded, shapes)):
         for c, n in zip(term, shape):
             n = int(n)
             if c not in sizes or sizes[c] == 1:

@@ -17,7 +17,7 @@ import numpy as np
 from .nodes import Aggregate, Concat, Filter, Join, Rekey, Relation, Tile, Transform, _fmt_keys, toposort
 from .sources import Source
 
-__all__ = ["evaluate", "to_numpy", "check_integrity", "flatten_outputs", "substitute"]
+__all__ = ["evaluate", "to_numpy", "check_integrity", "check_outputs", "flatten_outputs", "substitute"]
 
 Chunks = dict
 
@@ -61,6 +61,26 @@ def check_integrity(rel: Relation, role: str = "result") -> None:
         )
 
 
+def check_outputs(expr) -> None:
+    """The check :func:`evaluate` runs on its outputs (:func:`check_integrity`), for the
+    other ways of running an expression: ``td.submit``/``td.compute`` run it before
+    planning, so a cluster never returns a result ``evaluate`` would reject (key sets
+    are exact in the types: no data is needed).  ``expr``: a relation, a tuple/list/dict
+    of them, or a :class:`~tra_dask.Plan` (its outputs); anything else is left to the
+    caller's own checks."""
+    if isinstance(expr, dict):
+        items = list(expr.values())
+    elif isinstance(expr, (tuple, list)):
+        items = list(expr)
+    elif not isinstance(expr, Relation) and isinstance(getattr(expr, "outputs", None), (tuple, list)):
+        items = list(expr.outputs)  # a Plan: its physical outputs carry the same exact types
+    else:
+        items = [expr]
+    for o in items:
+        if isinstance(o, Relation) or (hasattr(o, "type") and hasattr(o, "label") and hasattr(o, "children")):
+            check_integrity(o)
+
+
 def evaluate(expr, *, check: bool = True):
     """Evaluate a TRA expression in this process with numpy; ``{key tuple: chunk}``.
 
@@ -79,7 +99,12 @@ def evaluate(expr, *, check: bool = True):
             check_integrity(o)
     memo: dict[Relation, Chunks] = {}
     for node in toposort(outputs):
-        memo[node] = _check_result(node, _EVAL[type(node)](node, *(memo[c] for c in node.children)))
+        try:
+            memo[node] = _check_result(node, _EVAL[type(node)](node, *(memo[c] for c in node.children)))
+        except Exception as e:  # a user's kernel or loader failed: its own error, and where it ran
+            if hasattr(e, "add_note"):  # Python >= 3.11
+                e.add_note(f"tra_dask: while evaluating {node.label}")
+            raise
     return rebuild([dict(memo[o]) for o in outputs])
 
 

@@ -22,8 +22,8 @@ import numpy as np
 from ..kernels import Kernel, KernelTypeError
 from ..keys import KeyFn, Predicate
 from ..node import Node, toposort
-from ..types import (ArrayType, Key, RelationType, Shape, _mixed_radix_cols, encode_rows, join_codes, key_codes,
-                     lexsort_rows, unique, unique_first_inverse)
+from ..types import (ArrayType, Key, RelationType, Shape, _mixed_radix_cols, check_size, encode_rows, join_codes,
+                     key_codes, lexsort_rows, max_tuples, pair_count, unique, unique_first_inverse)
 
 __all__ = ["Relation", "Aggregate", "Join", "Rekey", "Filter", "Transform", "Tile", "Concat", "toposort"]
 
@@ -82,6 +82,14 @@ class Relation(Node):
     """A tensor relation: a TRA expression node.  Subclasses are frozen dataclasses."""
 
     _op: str = "relation"
+
+    def __post_init__(self):
+        try:
+            super().__post_init__()
+        except MemoryError:  # the size limit (types.check_size) is meant to come first
+            raise ValueError(
+                f"{self.label}: its type (key set) does not fit in memory; use bigger chunks"
+            ) from None
 
     @property
     def key_arity(self) -> int:
@@ -364,8 +372,12 @@ def join_type(node, strict_ranges: bool = True) -> RelationType:
                 f"joined dims must range over the same key values (chunk both tensors "
                 f"alike along the joined dim)"
             )
-    li, ri = join_codes(*key_codes(L.keys, lo, R.keys, ro))
+    lc, rc = key_codes(L.keys, lo, R.keys, ro)
     rest = [d for d in range(R.arity) if d not in ro]
+    arity = L.arity + len(rest)
+    if L.ntuples * R.ntuples > max_tuples(arity):  # may be too many: count the pairs first
+        check_size(where, pair_count(lc, rc), arity)
+    li, ri = join_codes(lc, rc)
     # li ascends, and for one li the ri ascend: the keys come out sorted (and distinct)
     nl, n = L.ntuples, len(li)
     same_keys = not rest and n == nl and (n < 2 or bool(np.all(li[1:] > li[:-1])))  # li is 0..nl-1
@@ -416,10 +428,13 @@ def rekey_type(node) -> RelationType:
     t = node.input.type
     where = f"rekey({node.input.label}, {node.key_fn!r})"
     _check_reads(where, node.input, node.key_fn.dims_read, "the key function")
+    if node.key_fn.multiplicity > 1:  # a replication map: more tuples out than in
+        check_size(where, t.ntuples * node.key_fn.multiplicity, t.arity + 1,
+                   what=f"{t.ntuples:,} tuples x {node.key_fn.multiplicity} copies")
     try:  # the order of the pairs is free (the type sorts): take the one that needs no sort
         keys, rows = node.key_fn.apply_sorted(t.keys)
     except (TypeError, ValueError) as e:
-        raise type(e)(f"{where}: {e}") from None
+        raise (TypeError if isinstance(e, TypeError) else ValueError)(f"{where}: {e}") from None
     if keys.size and keys.min() < 0:
         keys, rows = node.key_fn.apply(t.keys)  # errors name keys in apply's order
         bad = int(np.flatnonzero((keys < 0).any(axis=1))[0])
@@ -447,7 +462,10 @@ def filter_type(node) -> RelationType:
     t = node.input.type
     where = f"filter({node.input.label}, {node.pred!r})"
     _check_reads(where, node.input, node.pred.dims_read, "the predicate")
-    mask = np.asarray(node.pred.evaluate(t.keys), dtype=bool).reshape(-1)
+    try:
+        mask = np.asarray(node.pred.evaluate(t.keys), dtype=bool).reshape(-1)
+    except (TypeError, ValueError) as e:
+        raise (TypeError if isinstance(e, TypeError) else ValueError)(f"{where}: {e}") from None
     return RelationType(t.keys[mask], t.shape_ids[mask], t.shapes, t.dtype, sort=False)
 
 
@@ -477,6 +495,7 @@ def tile_type(node) -> RelationType:
     shapes = np.array(t.shapes, dtype=np.int64).reshape(len(t.shapes), t.rank)
     ntiles = -(-shapes[:, d] // size)
     counts = ntiles[t.shape_ids]
+    check_size(where, int(counts.sum()), t.arity + 1)
     rows = np.repeat(np.arange(t.ntuples), counts)
     tix = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
     rows_shape = shapes[t.shape_ids[rows]].copy()

@@ -37,14 +37,43 @@ class Source(Relation):
         return self.name
 
 
+MAX_RANK = 64  # numpy's limit on array dims (NPY_MAXDIMS)
+
+
 def _check_tensor_shape(where: str, shape) -> Shape:
-    try:
-        shape = tuple(int(n) for n in shape)
-    except TypeError:
-        raise TypeError(f"{where}: shape must be a tuple of ints, got {shape!r}") from None
+    """``shape`` as a tuple of positive Python ints: an int or a tuple/list of ints
+    (numpy ints too).  Floats (even ``4.0``: numpy refuses them too), strings, NaN and
+    infinities are a TypeError; zero or negative extents and more than
+    :data:`MAX_RANK` dims a ValueError."""
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise TypeError(f"{where}: shape must be a tuple of ints, got {shape!r} ({type(shape).__name__})")
+    for d, n in enumerate(shape):
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+            raise TypeError(
+                f"{where}: shape {tuple(shape)!r} has extent {n!r} ({type(n).__name__}) for dim {d}; "
+                f"extents must be ints >= 1"
+            )
+    shape = tuple(int(n) for n in shape)
     if any(n <= 0 for n in shape):
         raise ValueError(f"{where}: shape {shape} has an empty or negative dim; every extent must be >= 1")
+    if len(shape) > MAX_RANK:
+        raise ValueError(
+            f"{where}: shape has {len(shape)} dims; a chunk is a numpy array, which has at most {MAX_RANK}"
+        )
     return shape
+
+
+def _check_dtype(where: str, dtype) -> np.dtype:
+    """Chunks hold numbers: bool, int, unsigned, float or complex (kernels do arithmetic)."""
+    try:
+        dtype = np.dtype(dtype)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{where}: {dtype!r} is not a dtype ({e})") from None
+    if dtype.kind not in "biufc":
+        raise TypeError(f"{where}: dtype {dtype} is not supported; chunks are bool, integer, float or complex arrays")
+    return dtype
 
 
 def _slices(key: Key, chunks: Shape, shape: Shape) -> tuple[slice, ...]:
@@ -63,7 +92,7 @@ class FromNumpy(Source):
         return (id(self.array), self.array.shape, str(self.array.dtype), self.chunks)
 
     def _infer_type(self) -> RelationType:
-        return grid_type(self.array.shape, self.chunks, self.array.dtype)
+        return grid_type(self.array.shape, self.chunks, self.array.dtype, where=f"from_numpy {self.name}")
 
     def load(self, key: Key):
         return self.array[_slices(key, self.chunks, self.array.shape)]
@@ -84,7 +113,7 @@ class FromFunction(Source):
         return (self.fn, self.shape, self.chunks, self.dtype_.str)
 
     def _infer_type(self) -> RelationType:
-        return grid_type(self.shape, self.chunks, self.dtype_)
+        return grid_type(self.shape, self.chunks, self.dtype_, where=f"from_function {self.name}")
 
     def load(self, key: Key):
         chunk = self.fn(key)
@@ -230,9 +259,13 @@ def from_numpy(array, chunks, name: str | None = None) -> FromNumpy:
     ((2, 3), (2, 1))
     """
     if not hasattr(array, "shape") or not hasattr(array, "dtype"):
-        array = np.asarray(array)
-    where = f"from_numpy {name or ''}".rstrip()
+        try:
+            array = np.asarray(array)
+        except (TypeError, ValueError) as e:  # a ragged list, ...
+            raise ValueError(f"from_numpy {name or ''}: {type(array).__name__} is not an array ({e})") from None
+    where = f"from_numpy {name}" if name else f"from_numpy(array of shape {tuple(array.shape)} {array.dtype})"
     shape = _check_tensor_shape(where, array.shape)
+    _check_dtype(where, array.dtype)
     chunks = normalize_chunks(chunks, shape, where=where)
     name = name or f"array[{'x'.join(map(str, shape))} {array.dtype}]"
     return FromNumpy(array, chunks, name)
@@ -251,10 +284,7 @@ def from_function(fn: Callable[[Key], Any], shape, chunks, dtype, name: str | No
     where = f"from_function {name or getattr(fn, '__name__', '')}".rstrip()
     shape = _check_tensor_shape(where, shape)
     chunks = normalize_chunks(chunks, shape, where=where)
-    try:
-        dtype = np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"{where}: {dtype!r} is not a dtype") from None
+    dtype = _check_dtype(where, dtype)
     name = name or f"{getattr(fn, '__name__', 'fn')}[{'x'.join(map(str, shape))} {dtype}]"
     return FromFunction(fn, shape, chunks, dtype, name)
 
@@ -265,14 +295,21 @@ def from_chunks(chunks: dict, name: str | None = None) -> FromChunks:
     for smaller edge chunks of a grid."""
     if not isinstance(chunks, dict):
         raise TypeError(f"from_chunks: expected a dict {{key tuple: array}}, got {type(chunks).__name__}")
-    where = f"from_chunks {name or ''}".rstrip()
+    where = f"from_chunks {name}" if name else f"from_chunks({len(chunks)} chunks)"
     items: dict[Key, Any] = {}
     for k, a in chunks.items():
         key = normalize_key(k, where=where)
         if key in items:
             raise ValueError(f"{where}: key {k!r} appears twice (as {key}); keys must be unique")
         if not hasattr(a, "shape") or not hasattr(a, "dtype"):
-            a = np.asarray(a)
+            try:
+                a = np.asarray(a)
+            except (TypeError, ValueError) as e:  # a ragged list, ...
+                raise ValueError(f"{where}: chunk {key} is not an array ({e})") from None
+        _check_dtype(f"{where}: chunk {key}", a.dtype)
+        if any(int(n) <= 0 for n in a.shape):
+            raise ValueError(f"{where}: chunk {key} has shape {tuple(a.shape)}, with an empty dim; every "
+                             f"extent must be >= 1")
         items[key] = a
     name = name or f"chunks[{len(items)}]"
     return FromChunks(tuple(sorted(items.items(), key=lambda kv: kv[0])), name)

@@ -223,14 +223,17 @@ def _laws_hold(n) -> bool:
 
     if isinstance(n, LocalJoin) and isinstance(getattr(n.kernel, "fn", None), _Before):
         f = n.kernel.fn
-        return f.pre.distributes(f.binary, equal_shapes=join_pairs_equal_shapes(n))
+        return f.pre.distributes(f.binary, equal_shapes=join_pairs_equal_shapes(n),
+                                 dtypes=(n.left.type.dtype, n.right.type.dtype))
     if (isinstance(n, LocalAggregate) and isinstance(n.input, LocalMap) and is_identity_map(n.input)
             and n.input.op.kernel is not None and getattr(n.kernel, "arity", 0) == 2):
         return n.input.op.kernel.distributes(
-            n.kernel, equal_shapes=folds_equal_shapes(n.input.input.type, n.group_by, n.type))
+            n.kernel, equal_shapes=folds_equal_shapes(n.input.input.type, n.group_by, n.type),
+            dtypes=(n.input.input.type.dtype,))
     if (isinstance(n, LocalMap) and is_identity_map(n) and n.op.kernel is not None
             and isinstance(n.input, LocalAggregate) and getattr(n.input.kernel, "arity", 0) == 2):
         agg = n.input
         return n.op.kernel.distributes(
-            agg.kernel, equal_shapes=folds_equal_shapes(agg.input.type, agg.group_by, agg.type))
+            agg.kernel, equal_shapes=folds_equal_shapes(agg.input.type, agg.group_by, agg.type),
+            dtypes=(agg.input.type.dtype,))
     return True

@@ -81,13 +81,15 @@ def r1_4_map_through_aggregate(node: PNode) -> Iterator[PNode]:
             and isinstance(node.input, LocalAggregate)):
         agg = node.input
         if (getattr(agg.kernel, "arity", 0) == 2 and node.op.kernel.distributes(
-                agg.kernel, equal_shapes=folds_equal_shapes(agg.input.type, agg.group_by, agg.type))):
+                agg.kernel, equal_shapes=folds_equal_shapes(agg.input.type, agg.group_by, agg.type),
+                dtypes=(agg.input.type.dtype,))):
             op = KeyArrayMap(identity(agg.input.type.arity), node.op.kernel)
             yield from attempt(lambda: LocalAggregate(LocalMap(agg.input, op), agg.group_by, agg.kernel))
     if (isinstance(node, LocalAggregate) and isinstance(node.input, LocalMap) and is_identity_map(node.input)
             and node.input.op.kernel is not None and getattr(node.kernel, "arity", 0) == 2
             and node.input.op.kernel.distributes(
-                node.kernel, equal_shapes=folds_equal_shapes(node.input.input.type, node.group_by, node.type))):
+                node.kernel, equal_shapes=folds_equal_shapes(node.input.input.type, node.group_by, node.type),
+                dtypes=(node.input.input.type.dtype,))):
         m = node.input
         op = KeyArrayMap(identity(node.type.arity), m.op.kernel)
         yield from attempt(lambda: LocalMap(LocalAggregate(m.input, node.group_by, node.kernel), op))
@@ -149,7 +151,8 @@ def r1_7_merge_map_into_join(node: PNode) -> Iterator[PNode]:
     if op.key_fn.is_identity(j.type.arity) and j.key_fn is None:
         key_fn = None
     kernels = [j.kernel] if op.kernel is None else [compose(op.kernel, j.kernel)]
-    if op.kernel is not None and op.kernel.distributes(j.kernel, equal_shapes=join_pairs_equal_shapes(j)):
+    if op.kernel is not None and op.kernel.distributes(j.kernel, equal_shapes=join_pairs_equal_shapes(j),
+                                                        dtypes=(j.left.type.dtype, j.right.type.dtype)):
         kernels.append(premap(j.kernel, op.kernel))
     for k in kernels:
         yield from attempt(lambda k=k: LocalJoin(j.left, j.right, j.left_on, j.right_on, k, key_fn))
