@@ -83,6 +83,35 @@ def test_submit_on_a_dask_scheduler_cluster(real_cluster):
         assert p.wait(timeout=30) is not None
 
 
+def _slow_chunk(key):
+    time.sleep(0.15)
+    return np.random.default_rng(key[0] * 1000 + key[1]).random((100, 100))
+
+
+@pytest.mark.timeout(180)
+def test_a_killed_dask_worker_costs_no_result(real_cluster):
+    """A `dask worker` process (no nanny) SIGKILLed while a plan runs: the plan resumes
+    on the worker that is left, and the result is exact."""
+    import signal
+
+    sched_file, procs = real_cluster
+    with Client(scheduler_file=str(sched_file), timeout="30s") as client:
+        client.wait_for_workers(2, timeout=60)
+        A = td.from_function(_slow_chunk, (600, 600), 100, "float64", name="A")
+        rf = td.submit(matmul(A, A), client=client)
+        victim = rf.lowered.workers[1]
+        pid = client.run(os.getpid, workers=[victim])[victim]
+        time.sleep(1.5)  # about half of the plan (36 loads of 0.15 s on 2 workers, then the products)
+        os.kill(pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        a = np.block([[np.random.default_rng(i * 1000 + j).random((100, 100)) for j in range(6)] for i in range(6)])
+        np.testing.assert_allclose(rf.to_numpy(), a @ a, rtol=1e-12)
+        assert time.monotonic() - t0 < 60
+        assert len(rf.recoveries) == 1 and "resumed on 1 worker(s)" in rf.recoveries[0][1], rf.recoveries
+        assert victim not in rf.lowered.workers
+        client.shutdown()  # stops the scheduler and the workers this test started
+
+
 def test_dask_native_on_a_dask_scheduler_cluster(real_cluster):
     """Dask's own calls, the open client, a lying kernel, reductions to dask arrays and
     data sent once — on `dask scheduler`/`dask worker` processes."""

@@ -59,9 +59,8 @@ def test_a_killed_worker_costs_no_result(when):
         np.testing.assert_allclose(rf.to_numpy(), WANT, rtol=1e-12)
         assert len(rf.recoveries) == 1 and victim in rf.recoveries[0][1]
         assert victim not in rf.lowered.workers
-        # the new plan's bytes, measured: at most as predicted (after a kill a transfer now and then
-        # falls outside transfers()'s time window or was not needed; seen once in a fresh-clone run)
-        assert 0 < rf.transfers() <= rf.plan.cost.bytes_moved
+        assert "resumed" in rf.recoveries[0][1]  # the unfinished part ran again, not the whole plan
+        assert rf.transfers() > 0  # both parts' transfers, as the surviving workers logged them
 
 
 @pytest.mark.timeout(240)

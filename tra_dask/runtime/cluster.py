@@ -10,9 +10,10 @@ import os
 import sys
 import threading
 import time
+import weakref
 
 import dask
-from distributed import Client, Future, LocalCluster
+from distributed import Client, Future, LocalCluster, Security
 
 from ..dashboard import TraScheduler
 
@@ -31,29 +32,78 @@ _CONFIG = {
 
 _EMBEDDED: dict = {}
 _LOCK = threading.Lock()
+SCALE_TIMEOUT = 60.0  # seconds for the workers the embedded cluster adds to join
 
 
-def embedded_client(n_workers: int) -> Client:
-    """A client of this process's embedded LocalCluster with ``n_workers`` workers
-    (started on first use, restarted if another size is asked for, closed at exit).
+def embedded_client(n_workers: int | None = None, *, security=None) -> Client:
+    """A client of this process's embedded LocalCluster (127.0.0.1 only), which has
+    at least ``n_workers`` workers (default: as many as it has, or one per core when
+    it starts here).
+
+    It starts on first use and is closed at exit, never before: results on it and
+    other threads' submissions to it stay usable.  A call for more workers than it
+    has adds them (``LocalCluster.scale``: plans already pinned to the others are not
+    touched); ``td.submit(..., sites=k)`` on it runs on ``k`` of its workers.
+
+    ``security``: ``True`` (a temporary self-signed certificate,
+    ``distributed.Security.temporary()``; needs ``cryptography``, the ``tls`` extra)
+    or a ``distributed.Security`` with TLS certificates and keys: the scheduler, the
+    workers and the client then talk TLS only (``tls://127.0.0.1:…``).  It is chosen
+    when the cluster starts, so ask for it first; ``td.submit``/``td.compute`` with
+    no client then run on this cluster.  Asking for ``security`` of an embedded
+    cluster that runs without it (or with another Security) is an error.
 
     Its client becomes the default client when no other is open (as ``Client()``
     does), so Dask's own calls (``dask.compute``, ``x.compute()`` of a result's dask
     array) run on it; a client the user opens later takes precedence."""
+    if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1):
+        raise ValueError(f"n_workers must be a positive int, got {n_workers!r}")
+    if security is not None and security is not True and security is not False and not isinstance(security, Security):
+        raise TypeError(f"security must be True, False, None or a distributed.Security, got {type(security).__name__}")
     with _LOCK:
         c = _EMBEDDED.get("client")
-        if c is not None and _EMBEDDED.get("n") == n_workers and c.status == "running":
+        if c is not None and c.status == "running":
+            _check_security(security)
+            if n_workers is not None and len(workers_info(c)) < n_workers:
+                _scale_embedded(n_workers)
             return c
         _check_main_guard()
-        _close_embedded()
+        _close_embedded()  # a client that was closed: nobody can be using its cluster
+        sec = Security.temporary() if security is True else (security or None)
         with dask.config.set(_CONFIG):
             cluster = LocalCluster(
-                n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
+                n_workers=n_workers or os.cpu_count() or 2, threads_per_worker=1, processes=True,
+                host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
+                **({"security": sec, "protocol": "tls://"} if sec is not None else {}),
             )
             client = Client(cluster, set_as_default=current_client() is None)
-        _EMBEDDED.update(cluster=cluster, client=client, n=n_workers)
+        _EMBEDDED.update(cluster=cluster, client=client, security=sec)
         return client
+
+
+def _check_security(security) -> None:
+    """``security`` asked of the running embedded cluster: it must be what it started with."""
+    have = _EMBEDDED.get("security")
+    if security is None or (security is True and have is not None) or security is have:
+        return
+    if security is False and have is None:
+        return
+    now = "without TLS" if have is None else "with TLS" + (" (another Security)" if security is not False else "")
+    raise ValueError(f"the embedded cluster is already running {now}; its security is chosen when it starts: "
+                     f"call embedded_client(security=...) before anything runs on it")
+
+
+def _scale_embedded(n: int) -> None:
+    """Add workers to the embedded cluster until it has ``n`` (under ``_LOCK``)."""
+    cluster, client = _EMBEDDED["cluster"], _EMBEDDED["client"]
+    with dask.config.set(_CONFIG):  # the new workers' settings, as at the start
+        if len(cluster.worker_spec) < n:
+            cluster.scale(n)
+        try:
+            client.wait_for_workers(n, timeout=SCALE_TIMEOUT)
+        except TimeoutError as e:
+            raise RuntimeError(f"the embedded cluster did not reach {n} workers in {SCALE_TIMEOUT:g} s "
+                               f"(it has {len(workers_info(client))})") from e
 
 
 def current_client() -> Client | None:
@@ -111,7 +161,7 @@ def _is_main_test(test) -> bool:
 
 def _close_embedded() -> None:
     client, cluster = _EMBEDDED.pop("client", None), _EMBEDDED.pop("cluster", None)
-    _EMBEDDED.pop("n", None)
+    _EMBEDDED.pop("security", None)
     if client is not None:
         try:  # let short work finish, then stop the rest, so workers are not cut off mid-transfer
             pending = [Future(k, client) for k, st in list(client.futures.items()) if not st.done()]
@@ -138,9 +188,13 @@ except Exception:  # pragma: no cover - other interpreters
 
 
 def _ensure_recorder(client: Client) -> bool:
-    """Register the tra_dask scheduler plugin (task records and the dashboard page)."""
+    """Register the tra_dask scheduler plugins: task records and the dashboard page;
+    the keeper of work a recovery reads (:mod:`tra_dask.runtime.keeper`)."""
+    from .keeper import TraKeeper
+
     try:
         client.register_plugin(TraScheduler())
+        client.register_plugin(TraKeeper())
         return True
     except Exception:  # a scheduler that cannot import tra_dask: no records, nothing else lost
         return False
@@ -191,18 +245,18 @@ class _Vanished(ValueError):
 
 def _resolve(client, sites):
     """``(client, workers)``: the client given, else the open default client, else the
-    embedded cluster (sized by ``sites``, default one worker per core)."""
+    embedded cluster (started with ``sites`` workers, default one per core).  On the
+    embedded cluster (given, the default, or started here) ``sites=k`` is ``k`` of
+    its workers: it is scaled up to ``k`` if it has fewer, never restarted."""
     if client is None:
         client = current_client()
-        if client is not None and client is _EMBEDDED.get("client"):
-            client = None  # the embedded cluster: sized by this call's sites
-    if client is None:
-        running = _EMBEDDED.get("client")
-        if sites is None and running is not None and running.status == "running":
-            return running, _workers(running, None)
-        n = sites if isinstance(sites, int) else (len(sites) if sites else (os.cpu_count() or 2))
-        client = embedded_client(n)
-        sites = None
+    embedded = _EMBEDDED.get("client")
+    if client is None or (client is embedded and client.status == "running"):
+        if isinstance(sites, int) and not isinstance(sites, bool):
+            need = sites if sites >= 1 else None  # _workers says what is wrong with sites < 1
+        else:
+            need = len(sites) if sites else None
+        client = embedded_client(need)
     return client, _workers(client, sites)
 
 
@@ -260,19 +314,52 @@ def remove_workers(client: Client, addresses) -> None:
     client.run_on_scheduler(drop)
 
 
+_REMOVED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # client -> {address: removed}
+
+
+def _follow_removals(client: Client, workers) -> dict:
+    """``{address: True}`` for the ``workers`` the scheduler has announced removing
+    since we began following them: the scheduler publishes a ``remove-worker`` event
+    under each worker's address, and this client subscribes to those topics (one
+    message, no round trip; a topic the user follows already is left alone)."""
+    seen = _REMOVED.setdefault(client, {})
+    handlers = getattr(client, "_event_handlers", {})
+    for w in workers:
+        if w in seen or w in handlers:
+            continue
+        seen[w] = False
+
+        def on_event(event, w=w, seen=seen):
+            msg = event[1] if isinstance(event, tuple) and len(event) == 2 else event
+            if isinstance(msg, dict) and msg.get("action") == "remove-worker":
+                seen[w] = True
+
+        try:
+            client.subscribe_topic(w, on_event)
+        except Exception:  # no event stream: the polled check still notices
+            pass
+    return seen
+
+
 class _Watch:
-    """Polls the pinned workers (:func:`_liveness`): :meth:`check` raises
-    :class:`WorkersLeft` for a worker missing in two checks in a row (so that a worker
-    list read in the middle of a change does not count) or frozen (it is then
-    removed from the cluster)."""
+    """Watches the pinned workers: :meth:`check` raises :class:`WorkersLeft` for a
+    worker the scheduler no longer has (it forgot that worker's data when it removed
+    it; a worker that comes back is a new one) or one that is frozen (it is then
+    removed from the cluster).  A removal the scheduler announced is seen at once
+    (:meth:`quick`); the scheduler is asked (:func:`_liveness`) every half second."""
 
     def __init__(self, client: Client, pinned):
-        self.client, self.pinned, self.missing = client, list(pinned), set()
+        self.client, self.pinned = client, list(pinned)
         self.timeout = worker_timeout()
+        self.removed = _follow_removals(client, self.pinned)
+
+    def quick(self) -> bool:
+        """Has the scheduler announced removing one of the pinned workers?"""
+        removed = self.removed
+        return any(removed.get(w) for w in self.pinned)
 
     def check(self, why: str) -> None:
-        now_missing, frozen = _liveness(self.client, self.pinned, self.timeout)
-        gone, self.missing = now_missing & self.missing, now_missing
+        gone, frozen = _liveness(self.client, self.pinned, self.timeout)
         if frozen:
             remove_workers(self.client, frozen)
         if gone or frozen:
@@ -297,7 +384,7 @@ def _wait_done(futures, client: Client | None = None, pinned=(), timeout: float 
             _check_lost(futures, client, pinned)
             return
         now = time.monotonic()
-        if watch is not None and now - last_check > 0.5:
+        if watch is not None and (now - last_check > 0.5 or watch.quick()):
             last_check = now
             watch.check("tasks of this plan are pinned to them and cannot run")
         if deadline is not None and now > deadline:
@@ -331,12 +418,14 @@ def watched(fn, client: Client, pinned):
 
     thread = threading.Thread(target=run, daemon=True, name="tra-dask-watched")
     thread.start()
-    watch = _Watch(client, pinned)
+    watch, last_check = _Watch(client, pinned), time.monotonic()
     while True:
-        thread.join(0.5)
+        thread.join(0.05)
         if not thread.is_alive():
             break
-        watch.check("they hold results of this plan")
+        if watch.quick() or time.monotonic() - last_check > 0.5:
+            last_check = time.monotonic()
+            watch.check("they hold results of this plan")
     if "error" in box:
         from distributed.client import FutureCancelledError
 

@@ -6,6 +6,7 @@ import time
 import uuid
 from collections.abc import Mapping
 
+import dask
 from distributed import Client
 
 from ..dashboard import TraScheduler, _set_measured, page_link
@@ -23,28 +24,40 @@ class Submission:
     """What one submission ran, shared by its outputs: enough to run it again.
 
     Recovery (a watcher in the client, not a scheduler plugin: the client holds what a
-    re-plan needs — the expression, in-process data, the optimizer — and every wait
-    on a plan's results goes through :func:`~tra_dask.runtime.cluster._wait_done`,
-    which notices a pinned worker that left or froze).  :meth:`recover` plans the
-    expression again on the workers there are now (a worker that joined counts) and
-    submits it: data still on the cluster stays where it is (a fixed placement of the
-    new plan), in-process data is sent again, ``from_function`` chunks are made again,
+    re-plan needs — the plan, in-process data, the optimizer — and every wait on a
+    plan's results goes through :func:`~tra_dask.runtime.cluster._wait_done`, which
+    notices a pinned worker that left or froze).  :meth:`recover` first resumes
+    (:func:`~tra_dask.runtime.resume.resume`): results and intermediate chunks still in
+    memory on surviving workers are kept, and only what the missing results need runs
+    again, the lost sites' tasks spread over the workers there are now (a worker that
+    joined counts).  Where that cannot be done (an input that is an earlier result
+    which was itself planned again) it plans the expression again whole on those
+    workers: data still on the cluster stays where it is (a fixed placement of the new
+    plan), in-process data is sent again, ``from_function`` chunks are made again,
     dask-array blocks Dask itself recomputes, and results of earlier submissions that
-    were lost recover first (the same way).  The outputs' futures are then replaced
-    in place, so the user's ``rf`` objects resolve to the exact result."""
+    were lost recover first (the same way).  Either way the outputs' futures are
+    replaced in place, so the user's ``rf`` objects resolve to the exact result."""
 
-    def __init__(self, plan: Plan, client: Client, kw: dict):
+    def __init__(self, plan: Plan, client: Client, kw: dict, lowered: Lowered | None = None):
         self.plan, self.client, self.kw = plan, client, dict(kw)
         self.outputs: list = []
-        self.history: list = []  # (seconds after the first start, message) per recovery
+        self.history: list = []  # (time, message) per recovery
+        self.generations: list = [lowered] if lowered is not None else []  # each lowering that ran
 
     def recover(self, error: WorkersLeft) -> None:
         from ..logical import flatten_outputs
         from .resident import refresh_sources
+        from .resume import resume
         from .submit import _flatten_futures, submit
 
         if len(self.history) >= MAX_RECOVERIES:
             raise RuntimeError(f"{error} — gave up after {len(self.history)} recoveries") from error
+        how = dask.config.get("tra-dask.recovery", "resume")
+        if how not in ("resume", "replan"):
+            raise ValueError(f"dask config tra-dask.recovery is {how!r}; it must be 'resume' (run the unfinished "
+                             f"part again, the default) or 'replan' (plan the whole expression again)")
+        if how == "resume" and self.generations and self.outputs and resume(self, error):
+            return
         if self.plan.expr is None:
             raise RuntimeError(f"{error}; this plan was built by hand, so it cannot be planned again on the "
                                f"remaining workers: re-submit it") from error
@@ -264,14 +277,18 @@ class RelationFutures(Mapping):
         transfer logs: transfers of this submission's keys (and of the cluster-resident
         inputs it read) between its start and its end.  Data sent to the client is not
         counted; another submission reading the same cluster-resident inputs at the
-        same time would be."""
+        same time would be.  After a recovery: the first run's and the recovery's
+        transfers, as the surviving workers logged them."""
         self.wait()
-        ours = self.lowered.graph_keys() | {k for d in self.lowered.scatter.values() for k in d}
+        ours, workers = set(), set()
+        for low in self._submission.generations or [self.lowered]:  # after a recovery: every part that ran
+            ours |= low.graph_keys() | {k for d in low.scatter.values() for k in d}
+            workers |= set(low.workers)
         for node in toposort(self.plan.outputs):
             src = getattr(node, "source", None)
             if isinstance(src, ClusterSource):
                 ours |= {k for _, k in src.dask_keys}
-        workers = set(self.lowered.workers)
+        workers &= set(workers_info(self.client))  # a lost worker's log is lost with it
         since, until = self._started - 0.01, self._finished + 0.5
 
         def count(dask_worker, ours=ours, workers=workers, since=since, until=until):
