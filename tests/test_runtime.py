@@ -170,9 +170,10 @@ def test_closed_client_is_a_clear_error():
             td.submit(matmul(A, B), client=c)
 
 
-def test_dead_worker_under_a_hand_built_plan_fails_quickly_and_clearly():
-    """A plan made of physical nodes by hand cannot be planned again (no expression):
-    a lost worker is a clear error, quickly (expressions recover: test_recovery.py)."""
+def test_a_hand_built_plan_resumes_after_a_lost_worker():
+    """A plan made of physical nodes by hand has no expression to plan again, but its
+    unfinished part is resumed on the workers that are left (test_recovery.py has the
+    expressions): the result is exact, quickly."""
     from tra_dask.optimizer import Plan
 
     with dask.config.set(CONFIG):
@@ -181,20 +182,22 @@ def test_dead_worker_under_a_hand_built_plan_fails_quickly_and_clearly():
 
             def slow(key):
                 import time as _t
-                _t.sleep(3)
-                return np.ones((2, 2))
+                _t.sleep(0.4)
+                return np.full((2, 2), float(key[0] * 4 + key[1]))
 
             R = td.from_function(slow, (8, 8), 2, "float64", name="slow")
-            compiled = td.compile(td.aggregate(R, (), "add"), sites=2)
+            expr = td.aggregate(R, (), "add")
+            compiled = td.compile(expr, sites=2)
             rf = td.submit(Plan(compiled.outputs, sites=2), client=c)
             victim = rf.lowered.workers[1]
             pid = c.run(os.getpid, workers=[victim])[victim]
             time.sleep(0.5)
             os.kill(pid, signal.SIGKILL)  # the nanny may restart it, under another address
             t0 = time.monotonic()
-            with pytest.raises(RuntimeError, match=r"left the cluster.*built by hand"):
-                rf.gather()
+            _check_same(rf.gather(), td.evaluate(expr))
             assert time.monotonic() - t0 < 30
+            assert len(rf.recoveries) == 1 and "resumed" in rf.recoveries[0][1], rf.recoveries
+            assert victim not in rf.lowered.workers
 
 
 # -- regressions found in review -------------------------------------------------
@@ -259,3 +262,42 @@ def test_embedded_cluster_exits_cleanly_and_shows_progress(tmp_path):
     res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "ERROR" not in res.stderr and "Traceback" not in res.stderr
+
+
+def test_data_dask_moved_after_planning_is_planned_for_where_it_is(client):
+    """plan_for, then Dask moves a block elsewhere (as the Active Memory Manager or a
+    rebalance does), then submit(plan): the plan is made again for where the data is
+    now — an exact result, never a ValueError — while a plan the user placed by hand
+    is still refused."""
+    import dask.array as da
+    from distributed import futures_of
+
+    from tra_dask.runtime.cluster import _who_has
+
+    x = client.persist(da.random.default_rng(5).random((60, 60), chunks=(20, 20)))
+    want = x.compute() @ x.compute()
+    A = td.from_dask_array(x, name="X")
+    for _ in range(3):
+        plan = td.plan_for(matmul(A, A), client)
+        key = futures_of(x)[0].key
+        holders = _who_has(client, [key])[key]
+        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        other = next((w for w in workers if w not in holders), holders[-1])
+        client.replicate([f for f in futures_of(x) if f.key == key], workers=[other], n=1)
+        for home in holders:
+            if home != other:
+                client.run_on_scheduler(lambda dask_scheduler, key=key, home=home: dask_scheduler.request_remove_replicas(
+                    home, [key], stimulus_id=f"test-move-{time.time()}"))
+        deadline = time.monotonic() + 10
+        while _who_has(client, [key]).get(key) != [other] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _who_has(client, [key])[key] == [other]  # the block moved after planning
+        rf = td.submit(plan, client=client)
+        assert rf.plan is not plan  # planned again
+        np.testing.assert_allclose(rf.to_numpy(), want, rtol=1e-12)
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    key = futures_of(x)[0].key
+    away = next(i for i, w in enumerate(workers) if w not in _who_has(client, [key])[key])
+    by_hand = td.compile(matmul(A, A), sites=3, placements={"X": {k: away for k in A.keys}})
+    with pytest.raises(ValueError, match=r"lives on site"):  # placed by hand: the caller's choice stands
+        td.submit(by_hand, client=client)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import statistics
+import threading
 import time
 
 import numpy as np
@@ -38,6 +39,7 @@ from .runtime import workers_info
 __all__ = ["calibrate", "cluster_spec"]
 
 _CACHE: dict = {}
+_CACHE_LOCKS: dict = {}
 
 
 def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.15) -> dict:
@@ -239,7 +241,8 @@ def cluster_spec(client, *, calibrate_: bool = True) -> ClusterSpec:
     if not calibrate_:
         return ClusterSpec(sites=max(1, len(info)))
     key = (client.scheduler.address, tuple(sorted(info)))
-    spec = _CACHE.get(key)
-    if spec is None:
-        spec = _CACHE[key] = calibrate(client)
+    with _CACHE_LOCKS.setdefault(key, threading.Lock()):  # threads asking at once: one calibration
+        spec = _CACHE.get(key)
+        if spec is None:
+            spec = _CACHE[key] = calibrate(client)
     return spec

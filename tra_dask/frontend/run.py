@@ -219,10 +219,21 @@ def submit(x, client=None, sites=None, **kw):
     return tuple(ArrayFutures.of(o) for o in out) if isinstance(out, tuple) else ArrayFutures.of(out)
 
 
-def compute(x, client=None, sites=None, **kw):
-    """Run ``x`` on the cluster; a numpy array (a tuple of them for a tuple)."""
+def compute(x, client=None, sites=None, progress: bool = False, **kw):
+    """Run ``x`` on the cluster; a numpy array (a tuple of them for a tuple).
+    ``progress``: draw a progress bar while it runs (as :func:`tra_dask.compute` of a
+    relation does by default)."""
+    from ..runtime.submit import _Progress
+
     out = submit(x, client, sites, **kw)
-    return tuple(o.to_numpy() for o in out) if isinstance(out, tuple) else out.to_numpy()
+    items = list(out) if isinstance(out, tuple) else [out]
+    bar = _Progress(items) if progress else None
+    try:
+        got = [o.to_numpy() for o in items]
+    finally:
+        if bar is not None:
+            bar.close()
+    return tuple(got) if isinstance(out, tuple) else got[0]
 
 
 def compute_local_or_cluster(x):

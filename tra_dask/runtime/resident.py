@@ -189,10 +189,14 @@ def _drop_replicas(dask_scheduler, homes: dict) -> None:
     own worker stays.  The workers hear of it before they hear of this plan's tasks
     (one ordered stream per worker)."""
     by_worker: dict = {}
+    idle = ("memory", "released", "forgotten", "erred")
     for key, home in homes.items():
         ts = dask_scheduler.tasks.get(key)
         if ts is None or not any(ws.address == home for ws in ts.who_has):
             continue
+        if any(d.state not in idle for d in ts.dependents):
+            continue  # a task (another submission's) will read or is reading a copy: a worker
+            # asked to drop a replica in use refuses by disconnecting, losing its data
         for ws in ts.who_has:
             if ws.address != home:
                 by_worker.setdefault(ws.address, []).append(key)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+import weakref
 
+import dask
 from distributed import Client, Future
 
 from ..dashboard import _add_plan
@@ -28,6 +30,17 @@ def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool =
     (:func:`tra_dask.calibrate`, 1-3 s) and the spec cached per cluster;
     ``calibrate=False`` uses the default :class:`~tra_dask.ClusterSpec` instead.
     ``beam``, ``budget``: the search's width and length (see :func:`tra_dask.optimize`)."""
+    options = dict(optimize=optimize, memory_limit=memory_limit, cost_model=cost_model, objective=objective,
+                   calibrate=calibrate, beam=beam, budget=budget)
+    plan = _plan_for(expr, client, sites, **options)
+    _PLANNED_FOR[plan] = options  # submit() plans it again the same way if Dask moves its data meanwhile
+    return plan
+
+
+_PLANNED_FOR: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # plan_for's plans -> its options
+
+
+def _plan_for(expr, client, sites, *, optimize, memory_limit, cost_model, objective, calibrate, beam, budget):
     client, workers = _resolve(client, sites)
     if not isinstance(expr, (Relation, tuple, list, dict)) and hasattr(expr, "__tra_relation__"):
         expr = expr.__tra_relation__()
@@ -35,16 +48,22 @@ def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool =
     placements = _cluster_placements(expr, client, workers) or None
     if not optimize:
         return compile(expr, sites=len(workers), placements=placements, cost_model=cost_model)
+    room = None
     if memory_limit is None:
-        memory_limit = _workers_memory_limit(client, workers)
+        memory_limit = room = _memory_budget(client, workers)
     cluster = None
     if objective == "time":
         from ..calibration import cluster_spec
 
         cluster = cluster_spec(client, calibrate_=calibrate).with_sites(len(workers))
     search = {k: v for k, v in (("beam", beam), ("budget", budget)) if v is not None}
-    return _optimize(expr, sites=len(workers), placements=placements, memory_limit=memory_limit,
-                     cost_model=cost_model, objective=objective, cluster=cluster, **search)
+    try:
+        return _optimize(expr, sites=len(workers), placements=placements, memory_limit=memory_limit,
+                         cost_model=cost_model, objective=objective, cluster=cluster, **search)
+    except ValueError as e:
+        if room is None or "no plan fits" not in str(e):
+            raise
+        raise ValueError(f"{e} (the limit is the cluster's: {room.why})") from None
 
 
 def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: bool = True,
@@ -84,7 +103,15 @@ def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: 
             plan = expr_or_plan
             if plan.sites != len(workers):
                 raise ValueError(f"the plan is for {plan.sites} sites but {len(workers)} workers were chosen")
-            _check_plan_sources(plan, client, workers)
+            try:
+                _check_plan_sources(plan, client, workers)
+            except ValueError:
+                made = _PLANNED_FOR.get(plan)
+                if made is None or plan.expr is None:
+                    raise  # a plan made by hand (or by compile/optimize): the caller chose that placement
+                # plan_for's plan, and Dask moved its data since (the Active Memory Manager, a
+                # rebalance, a restarted worker): planned again, the same way, for where it is now
+                plan = plan_for(plan.expr, client, workers, **made)
         try:
             if not isinstance(expr_or_plan, Plan):
                 plan = plan_for(expr_or_plan, client, workers, optimize=optimize, memory_limit=memory_limit,
@@ -99,11 +126,57 @@ def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: 
             time.sleep(0.2)
 
 
-def _workers_memory_limit(client: Client, workers: list[str]) -> float | None:
-    info = workers_info(client)
-    limits = [info[w].get("memory_limit") or 0 for w in workers if w in info]
-    limits = [x for x in limits if x > 0]
-    return float(min(limits)) if limits else None
+def memory_fraction() -> tuple[float, str]:
+    """The fraction of a worker's ``memory_limit`` a plan may fill, and its name: the
+    workers' memory *target* (``distributed.worker.memory.target``, where Dask starts
+    spilling), else the first of spill/pause/terminate that is set — never the limit
+    at which the nanny kills the worker."""
+    for name in ("target", "spill", "pause", "terminate"):
+        f = dask.config.get(f"distributed.worker.memory.{name}", False)
+        if f not in (False, None) and 0 < float(f) <= 1:
+            return float(f), name
+    return 1.0, "limit"
+
+
+class MemoryBudget(float):
+    """Bytes per site a plan may hold at its peak, and how they were found (for the
+    error when no plan fits)."""
+
+    why: str = ""
+
+
+def _memory_budget(client: Client, workers: list[str]) -> MemoryBudget | None:
+    """Bytes per site for a plan on ``workers``: the smallest of, per worker, its memory
+    target (:func:`memory_fraction` of its ``memory_limit``) less the memory its process
+    holds besides Dask's data (its baseline: the interpreter, libraries, buffers; the
+    scheduler's ``unmanaged_old`` measure).  None when the workers have no limit."""
+    fraction, name = memory_fraction()
+    who = tuple(workers)
+
+    def ask(dask_scheduler, who=who):
+        out = {}
+        for w in who:
+            ws = dask_scheduler.workers.get(w)
+            if ws is not None and ws.memory_limit:
+                out[w] = (int(ws.memory_limit), int(ws.memory.unmanaged_old))
+        return out
+
+    try:
+        seen = client.run_on_scheduler(ask)
+    except Exception:  # a scheduler that cannot run this: the limits the client knows, no baseline
+        info = workers_info(client)
+        seen = {w: (int(info[w].get("memory_limit") or 0), 0) for w in workers if w in info}
+        seen = {w: v for w, v in seen.items() if v[0] > 0}
+    if not seen:
+        return None
+    w, (limit, baseline) = min(seen.items(), key=lambda kv: fraction * kv[1][0] - kv[1][1])
+    budget = MemoryBudget(fraction * limit - baseline)
+    budget.why = (f"worker {w}: {fraction:.0%} ({name}) of its memory_limit {limit:,} bytes, less the "
+                  f"{baseline:,} bytes its process holds besides data")
+    if budget <= 0:
+        raise ValueError(f"no room for a plan: {budget.why} leaves {float(budget):,.0f} bytes; give the workers "
+                         f"more memory (memory_limit) or pass memory_limit= explicitly")
+    return budget
 
 
 def _run(plan: Plan, client: Client, workers: list[str], name: str | None = None, kw: dict | None = None):
@@ -125,7 +198,7 @@ def _run(plan: Plan, client: Client, workers: list[str], name: str | None = None
     in_graph = lowered.graph_keys()
     wanted = sorted({k for o in lowered.outputs for k in o.values() if k in in_graph}, key=str)
     futures = dict(zip(wanted, client.get(lowered.graph(), wanted, sync=False))) if wanted else {}
-    results, submission = [], Submission(plan, client, kw or {"name": name})
+    results, submission = [], Submission(plan, client, kw or {"name": name}, lowered)
     for node, keys in zip(plan.outputs, lowered.outputs):
         futs = {}
         for tra_key, dk in keys.items():
@@ -161,8 +234,7 @@ def _publish(plan: Plan, lowered: Lowered, client: Client, name: str | None = No
              "inputs": [index[c] for c in n.children], "tasks": int(len(lowered.work[n].task_site))}
             for i, n in enumerate(order)
         ],
-        "outputs": [{"label": o.label, "node": index[o], "keys": sorted(set(keys_.values()), key=str)}
-                    for o, keys_ in zip(plan.outputs, lowered.outputs)],
+        "outputs": [{"label": o.label, "node": index[o]} for o in plan.outputs],
     }
     try:
         client.run_on_scheduler(_add_plan, record=record)

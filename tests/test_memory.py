@@ -1,0 +1,81 @@
+"""Plans within real memory: the budget is the workers' memory *target* less their
+baseline, measured on a real LocalCluster(processes=True) with a ``memory_limit``; a
+plan over it is refused before anything is submitted, and the array front-end picks
+a chunking under it — no worker is restarted (the scheduler's records say so)."""
+
+import logging
+
+import dask
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+import tra_dask as td
+from tra_dask.programs import matmul
+from tra_dask.runtime.submit import _memory_budget, memory_fraction
+
+LIMIT = 250_000_000
+
+
+@pytest.fixture(scope="module")
+def client():
+    config = {"distributed.scheduler.active-memory-manager.start": False}
+    with dask.config.set(config), LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0",
+            memory_limit=LIMIT, silence_logs=logging.CRITICAL) as cl, Client(cl) as c:
+        events = []
+        c.subscribe_topic("all", events.append)
+        c.removals = lambda: [e for _, e in events if isinstance(e, dict) and e.get("action") == "remove-worker"]
+        yield c
+
+
+def test_the_budget_is_the_target_less_the_baseline(client):
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    budget = _memory_budget(client, workers)
+    baseline = client.run_on_scheduler(lambda dask_scheduler: max(
+        ws.memory.unmanaged_old for ws in dask_scheduler.workers.values()))
+    assert memory_fraction() == (0.6, "target")
+    assert 30e6 < baseline < 150e6  # an interpreter with numpy and distributed loaded
+    assert budget == pytest.approx(0.6 * LIMIT - baseline, rel=0.05)
+    assert f"60% (target) of its memory_limit {LIMIT:,} bytes" in budget.why
+
+
+def test_a_plan_over_the_budget_is_refused_before_submit(client):
+    rng = np.random.default_rng(0)
+    a = rng.random((4000, 4000))
+    A, B = td.from_numpy(a, (2000, 2000), name="A"), td.from_numpy(a.T.copy(), (2000, 2000), name="B")
+    free = td.plan_for(matmul(A, B), client, memory_limit=1e15)  # what the optimizer picks with no limit
+    budget = _memory_budget(client, sorted(client.scheduler_info(n_workers=-1)["workers"]))
+    kill = 0.95 * LIMIT - (0.6 * LIMIT - budget)  # the nanny's threshold, less the baseline
+    # measured for this plan: about 290 MB per worker on top of the baseline — past the kill threshold
+    assert free.cost.peak_bytes_per_site.max() > kill
+    before = client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks))
+    with pytest.raises(ValueError, match=r"no plan fits in [\d,]+ bytes per site.*memory_limit 250,000,000 bytes, "
+                                         r"less the [\d,]+ bytes its process holds besides data"):
+        td.submit(matmul(A, B), client=client)
+    assert client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)) == before  # nothing sent
+    assert not client.removals()
+
+
+def test_the_array_front_end_chunks_to_fit(client, monkeypatch):
+    import importlib
+
+    runtime_submit = importlib.import_module("tra_dask.runtime.submit")
+    rng = np.random.default_rng(1)
+    a, b = rng.random((2000, 2000)), rng.random((2000, 2000))
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    x = td.matmul(a, b)
+    _, roomy = x.to_relation(sites=2)  # the chunking chosen with no memory limit
+    assert roomy.cost.peak_bytes_per_site.max() > _memory_budget(client, workers)
+    seen = []  # the budgets planning used (the baseline is measured each time: it drifts a little)
+
+    def spy(*args):
+        seen.append(_memory_budget(*args))
+        return seen[-1]
+
+    monkeypatch.setattr(runtime_submit, "_memory_budget", spy)
+    rf = td.submit(x, client=client)
+    assert seen and rf.plan.cost.peak_bytes_per_site.max() <= seen[-1]
+    np.testing.assert_allclose(rf.to_numpy(), a @ b, rtol=1e-10)
+    assert not client.removals()  # no worker was restarted
+    assert sorted(client.scheduler_info(n_workers=-1)["workers"]) == workers
