@@ -126,3 +126,26 @@ def test_compute_with_progress_and_chained_results_recover(capsys):
             got_r = r.gather()
             assert all(np.allclose(got_r[k], w[k]) for k in w)
         assert "100% Completed" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(180)
+def test_dask_calls_fail_at_once_and_work_after_the_recovery():
+    """Dask's own calls on a result whose worker was lost raise at once (the tasks pinned
+    there fail with WorkerLeft) instead of waiting forever; rf.wait() resumes the plan,
+    and Dask's calls then give the exact result."""
+    from distributed.client import FutureCancelledError
+
+    from tra_dask.runtime.keeper import WorkerLeft
+
+    with dask.config.set(CONFIG), _cluster(n=3) as cl, Client(cl) as c:
+        rf = td.submit(matmul(A, A))
+        victim = rf.lowered.workers[1]
+        os.kill(_pid(c, victim), signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises((WorkerLeft, FutureCancelledError)):
+            dask.compute(rf)
+        assert time.monotonic() - t0 < 30
+        rf.wait()
+        assert len(rf.recoveries) == 1
+        got = dask.compute(rf)[0]
+        np.testing.assert_allclose(td.to_numpy(rf.node, got), WANT, rtol=1e-12)

@@ -394,11 +394,22 @@ def _wait_done(futures, client: Client | None = None, pinned=(), timeout: float 
 
 def _check_lost(futures, client: Client, pinned) -> None:
     """Futures the scheduler cancelled (it forgets a finished key whose only copy was
-    on a worker that died and whose task is pinned there): :class:`WorkersLeft` when
-    pinned workers are gone."""
-    if not pinned or not any(f.status in ("cancelled", "lost") for f in futures):
+    on a worker that died and whose task is pinned there) or failed with
+    :class:`~tra_dask.runtime.keeper.WorkerLeft` (pinned to a worker that left):
+    :class:`WorkersLeft` when pinned workers are gone."""
+    from .keeper import WorkerLeft
+
+    if not pinned:
         return
-    gone = set(pinned) - set(workers_info(client))
+    left = set()
+    for f in futures:
+        if f.status == "error":
+            e = f.exception()
+            if isinstance(e, WorkerLeft):
+                left.add(e.worker)
+    if not left and not any(f.status in ("cancelled", "lost") for f in futures):
+        return
+    gone = (set(pinned) | left) - set(workers_info(client))
     if gone:
         raise WorkersLeft(f"worker(s) {sorted(gone)} holding results of this plan left the cluster", gone)
 
@@ -429,7 +440,9 @@ def watched(fn, client: Client, pinned):
     if "error" in box:
         from distributed.client import FutureCancelledError
 
-        if isinstance(box["error"], FutureCancelledError):
+        from .keeper import WorkerLeft
+
+        if isinstance(box["error"], (FutureCancelledError, WorkerLeft)):
             gone = set(pinned) - set(workers_info(client))
             if gone:
                 raise WorkersLeft(f"worker(s) {sorted(gone)} holding results of this plan left the cluster",

@@ -11,6 +11,12 @@ that event this plugin records a hold — a want by the pseudo-client
 a surviving worker that a task not yet run reads.  The recovery takes over the holds
 it uses and drops the others (:func:`take`); holds nobody takes are dropped after
 ``tra-dask.recovery-hold`` (dask config, default 60 s).
+
+It also fails each tra_dask task pinned to the lost worker with :class:`WorkerLeft`
+once Dask has it waiting for a worker that will never come, so that Dask's own calls
+on a result (``dask.compute(rf)``, ``distributed.wait``, ``rf[k].result()``) raise at
+once rather than wait forever; tra_dask's own waits read that error as the signal to
+resume.
 """
 
 from __future__ import annotations
@@ -36,6 +42,21 @@ def hold_seconds() -> float:
     return float(parse_timedelta(dask.config.get("tra-dask.recovery-hold", "60s")))
 
 
+class WorkerLeft(RuntimeError):
+    """The error of a tra_dask task pinned to a worker that left the cluster (it could
+    never run): what Dask's own calls (``dask.compute(rf)``, ``distributed.wait``,
+    ``future.result()``) raise, at once, instead of waiting forever.  tra_dask's own
+    waits resume the plan instead."""
+
+    def __init__(self, worker: str):
+        super().__init__(f"tra_dask: this task was pinned to worker {worker}, which left the cluster; rf.wait(), "
+                         f"rf.gather(), rf.to_numpy() and td.compute resume the plan on the workers there are")
+        self.worker = worker
+
+    def __reduce__(self):
+        return WorkerLeft, (self.worker,)
+
+
 class TraKeeper(SchedulerPlugin):
     name = "tra-dask-keeper"
     idempotent = True
@@ -44,6 +65,38 @@ class TraKeeper(SchedulerPlugin):
         self.held: dict = {}  # key -> when the hold was made
         self.scheduler = None
         self.seconds = hold_seconds()
+
+    # -- tasks pinned to a worker that left: an error, not a wait without end ------
+    def remove_worker(self, scheduler, worker, *, stimulus_id=None, **kwargs) -> None:
+        """After Dask moved the lost worker's tasks back: each tra_dask task pinned there
+        that now waits for a worker (``no-worker``) fails with :class:`WorkerLeft`; one
+        still waiting for its inputs fails when it gets that far (:meth:`transition`)."""
+        for ts in list(getattr(scheduler, "unrunnable", ())):
+            self._fail_if_stranded(ts.key)
+
+    def transition(self, key, start, finish, *args, **kwargs) -> None:
+        if finish == "no-worker" and is_tra_key(key):
+            import asyncio
+
+            asyncio.get_running_loop().call_soon(self._fail_if_stranded, key)  # not inside a transition
+
+    def _fail_if_stranded(self, key) -> None:
+        s = self.scheduler
+        ts = s.tasks.get(key) if s is not None else None
+        if ts is None or ts.state != "no-worker" or not is_tra_key(key) or not ts.worker_restrictions:
+            return
+        if any(w in s.workers for w in ts.worker_restrictions):
+            return  # its worker is there (busy or paused): it will run
+        from distributed.protocol import pickle
+
+        worker = sorted(ts.worker_restrictions)[0]
+        stimulus = f"tra-dask-worker-left-{time.time()}"
+        try:
+            recs = s.transition(key, "erred", stimulus_id=stimulus, cause=key,
+                                exception=pickle.dumps(WorkerLeft(worker)), exception_text=f"worker {worker} left")
+            s.transitions(recs, stimulus_id=stimulus)
+        except Exception:  # the task moved on meanwhile: nothing to do
+            pass
 
     async def start(self, scheduler):
         from tornado.ioloop import PeriodicCallback
