@@ -47,14 +47,7 @@ def real_cluster(tmp_path):
                                  "--nworkers", "1", "--nthreads", "1", "--no-dashboard", "--no-nanny"], env))
         yield sched_file, procs
     finally:
-        for p in procs[::-1]:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop(procs)
 
 
 def test_submit_on_a_dask_scheduler_cluster(real_cluster):
