@@ -149,3 +149,17 @@ def test_dask_calls_fail_at_once_and_work_after_the_recovery():
         assert len(rf.recoveries) == 1
         got = dask.compute(rf)[0]
         np.testing.assert_allclose(td.to_numpy(rf.node, got), WANT, rtol=1e-12)
+
+
+@pytest.mark.timeout(180)
+def test_a_running_plan_over_an_earlier_result_recovers_both():
+    """A worker dies while a plan that reads an earlier result runs: the earlier result
+    recovers first, then the plan (its input's chunks have new keys: planned again)."""
+    with dask.config.set(CONFIG), _cluster(n=3) as cl, Client(cl) as c:
+        first = td.submit(matmul(A, A)).wait()
+        rf = td.submit(matmul(first, A))  # loads A again: about 2 s
+        time.sleep(0.5)
+        _kill_one_of(c, first.lowered.workers)
+        np.testing.assert_allclose(rf.to_numpy(), WANT @ td.to_numpy(A), rtol=1e-10)
+        assert rf.recoveries
+        np.testing.assert_allclose(first.to_numpy(), WANT, rtol=1e-12)  # recovered too if it lost chunks

@@ -360,6 +360,9 @@ class _Watch:
 
     def check(self, why: str) -> None:
         gone, frozen = _liveness(self.client, self.pinned, self.timeout)
+        for w in self.pinned:  # a worker back at the same address (a fixed port) is a new one, and there
+            if self.removed.get(w) and w not in gone:
+                self.removed[w] = False
         if frozen:
             remove_workers(self.client, frozen)
         if gone or frozen:
@@ -409,7 +412,7 @@ def _check_lost(futures, client: Client, pinned) -> None:
                 left.add(e.worker)
     if not left and not any(f.status in ("cancelled", "lost") for f in futures):
         return
-    gone = (set(pinned) | left) - set(workers_info(client))
+    gone = (set(pinned) - set(workers_info(client))) | left  # WorkerLeft: it left (it may be back, a new worker)
     if gone:
         raise WorkersLeft(f"worker(s) {sorted(gone)} holding results of this plan left the cluster", gone)
 
@@ -444,6 +447,8 @@ def watched(fn, client: Client, pinned):
 
         if isinstance(box["error"], (FutureCancelledError, WorkerLeft)):
             gone = set(pinned) - set(workers_info(client))
+            if isinstance(box["error"], WorkerLeft):
+                gone.add(box["error"].worker)
             if gone:
                 raise WorkersLeft(f"worker(s) {sorted(gone)} holding results of this plan left the cluster",
                                   gone) from box["error"]

@@ -114,8 +114,8 @@ class TraKeeper(SchedulerPlugin):
             return
         keys = []
         for key, ts in s.tasks.items():
-            if (ts.state == "memory" and is_tra_key(key) and any(ws.address != gone for ws in ts.who_has)
-                    and any(d.state != "memory" for d in ts.dependents)):
+            if (ts.state == "memory" and is_tra_key(key) and any(ws.address != gone for ws in ts.who_has or ())
+                    and any(d.state != "memory" for d in ts.dependents or ())):
                 keys.append(key)
         if keys:
             s.client_desires_keys(keys=keys, client=KEEPER)

@@ -192,9 +192,9 @@ def _drop_replicas(dask_scheduler, homes: dict) -> None:
     idle = ("memory", "released", "forgotten", "erred")
     for key, home in homes.items():
         ts = dask_scheduler.tasks.get(key)
-        if ts is None or not any(ws.address == home for ws in ts.who_has):
+        if ts is None or not any(ws.address == home for ws in ts.who_has or ()):
             continue
-        if any(d.state not in idle for d in ts.dependents):
+        if any(d.state not in idle for d in ts.dependents or ()):
             continue  # a task (another submission's) will read or is reading a copy: a worker
             # asked to drop a replica in use refuses by disconnecting, losing its data
         for ws in ts.who_has:

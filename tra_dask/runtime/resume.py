@@ -57,9 +57,9 @@ def resume(sub, error) -> bool:
     for node in plan.nodes:
         src = getattr(node, "source", None) if isinstance(node, PSource) else None
         if isinstance(src, ClusterSource):
-            _check_cluster_source(src, client)  # gone for good: a clear error
-            if not _source_keys_current(src):
+            if not _source_keys_current(src):  # an earlier result: recovered first, if it lost workers too
                 return False
+            _check_cluster_source(src, client)  # gone for good: a clear error
     original = gens[0].workers
     names = [w if w in alive else f"{_LOST}{s}" for s, w in enumerate(original)]
     new = lower(plan, names, uuid.uuid4().hex[:10])
@@ -72,8 +72,11 @@ def resume(sub, error) -> bool:
 
     current = [dict(rf._futures) for rf in outputs]
     candidates = {old for k in task_of for old in earlier(k)} | {f.key for fs in current for f in fs.values()}
+    # futures first, so that the scheduler's reports on them (sent when it records the want) are not dropped
+    ours = {k: Future(k, client) for k in candidates}
     held = _usable(client, candidates, alive)  # {key in memory on, or still to run on, a survivor: there}
-    keep = {k: Future(k, client) for k in held}  # wanted by this client while we need them
+    keep = {k: ours[k] for k in held}  # wanted by this client while we need them
+    del ours  # the rest: released
 
     def reused(key):
         return next((old for old in earlier(key) if old in held), None) if key in task_of else None
@@ -112,8 +115,8 @@ def resume(sub, error) -> bool:
     # planned worker while that one is under quota, else to the worker under quota
     # that holds most of its inputs: the work spreads as the plan spread it, and
     # chains stay together where that costs no balance
-    def group(k):
-        return k[0].rsplit("-", 1)[0] if k in task_of else k[0]
+    def group(k):  # an operator's tasks; an array's chunks ("tra-data-<array tag>-<content token>")
+        return k[0].rsplit("-", 1)[0]
 
     target = {k: held[alias[k]] for k in alias}
     target.update({k: new.planned[k] for k in needed if k in scattered and new.planned[k] in alive})
@@ -159,7 +162,6 @@ def resume(sub, error) -> bool:
     gen.scatter_owner = {}
     wanted = sorted({k for k in roots if k in task_of}, key=str)
     futures = dict(zip(wanted, client.get(gen.graph(), wanted, sync=False))) if wanted else {}
-    stale = []
     for o, rf in enumerate(outputs):
         futs = {}
         for tk, nk in new.outputs[o].items():
@@ -167,7 +169,6 @@ def resume(sub, error) -> bool:
                 futs[tk] = kept[o][tk]
             else:
                 futs[tk] = futures[nk] if nk in futures else sent[nk] if nk in sent else Future(nk, client)
-                stale.append(current[o][tk])
         rf._futures = dict(sorted(futs.items()))
         rf.lowered, rf.token, rf._finished = gen, gen.token, None
         rf._keepalive.update(sent)
@@ -176,10 +177,9 @@ def resume(sub, error) -> bool:
     ran = gen.ntasks - len(alias)
     sub.history.append((time.time(), f"{error}; resumed on {len(survivors)} worker(s): {ran} of the plan's "
                                      f"{len(task_of)} tasks run again, {len(used)} chunks kept"))
-    try:
-        client.cancel(stale, force=True)  # pinned to the lost workers
-    except Exception:
-        pass
+    # the replaced futures are not cancelled (a forced cancel takes their dependents, which
+    # may be chunks kept above): dropped here, they are released; tasks pinned to a lost
+    # worker fail with WorkerLeft (runtime/keeper.py)
     return True
 
 
@@ -213,13 +213,16 @@ def _usable(client, keys, alive) -> dict:
                 return memo[ts.key]
             memo[ts.key] = None  # (no cycles in a task graph; this only stops a repeat)
             if ts.state == "memory":
-                holders = sorted(ws.address for ws in ts.who_has if ws.address in alive)
+                if any(d.exception_blame is not None or d.state == "erred" for d in ts.dependencies or ()):
+                    memo[ts.key] = None  # Dask errs it when a graph that reads it arrives
+                    return None
+                holders = sorted(ws.address for ws in ts.who_has or () if ws.address in alive)
                 w = holders[0] if holders else None
             elif ts.state in ("erred", "forgotten") or ts.run_spec is None:
                 w = None
             else:
                 allowed = sorted(set(ts.worker_restrictions or ()) & alive)
-                w = allowed[0] if allowed and all(where(d) is not None for d in ts.dependencies) else None
+                w = allowed[0] if allowed and all(where(d) is not None for d in ts.dependencies or ()) else None
             memo[ts.key] = w
             return w
 
