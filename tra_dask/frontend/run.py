@@ -10,7 +10,9 @@ fixed placement.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 
 import numpy as np
 
@@ -87,12 +89,44 @@ def _rechunk_seconds(arr, sites: int, spec) -> float:
     return arr.nbytes * (1 - 1 / sites) / spec.bandwidth + arr.npartitions * spec.task_overhead / sites
 
 
-def _choose(x, sites: int, plan_rel, dask_source, spec):
+def _structure(roots, sites: int, spec) -> tuple:
+    """What the chunking choice depends on, as a hashable value: every node's class and
+    parameters, its inputs (by position), each leaf's kind, shape, dtype and given
+    chunks (a dask array's chunks; a relation's type) — not the numbers in the data —
+    and the cluster."""
+    from dataclasses import fields
+
+    from ..optimizer.cache import type_token
+    from .chunking import _topo
+
+    ids: dict = {}
+    parts = []
+    leaves: dict = {}
+    for n in _topo(roots):
+        if isinstance(n, Leaf):
+            extra = (n.data.chunks if n.kind == "dask" else type_token(n.data.type) if n.kind == "relation"
+                     else None)
+            slot = leaves.setdefault(id(n.data), len(leaves))
+            parts.append(("leaf", slot, n.kind, n.shape, str(n.dtype), n.chunks, extra))
+        else:
+            params = tuple((f.name, repr(getattr(n, f.name))) for f in fields(n) if f.name != "inputs")
+            parts.append((type(n).__name__, params, tuple(ids[id(i)] for i in n.inputs)))
+        ids[id(n)] = len(parts) - 1
+    return tuple(parts), tuple(ids[id(r)] for r in roots), sites, repr(spec)
+
+
+_CHOICES: "OrderedDict" = OrderedDict()  # _structure -> (blocks, contraction paths, why): the last 64 choices
+_CHOICES_LOCK = threading.Lock()
+
+
+def _choose(x, sites: int, plan_rel, dask_source, spec, context=()):
     """Chunking, contraction order and plan for ``x`` (an array, or a tuple of
     arrays planned together): ``plan_rel(rel, quick) -> Plan`` (``quick``: a
     narrower search, for comparing candidates).  A candidate that re-chunks a dask
     input pays :func:`_rechunk_seconds` on top of its plan.  Returns ``(relation or
-    tuple of relations, plan, choice)``; the plan carries a ``chunking`` stage saying
+    tuple of relations, plan, choice)`` (choice None when an expression of the same
+    structure — :func:`_structure` and ``context`` — was chosen for before: that
+    chunking is planned again over this data); the plan carries a ``chunking`` stage saying
     what was chosen and why."""
     from .array import _regular_chunks
 
@@ -105,6 +139,7 @@ def _choose(x, sites: int, plan_rel, dask_source, spec):
     built: dict = {}  # (blocks, paths) -> (relation, plan, used a placeholder)
 
     has_dask = any(isinstance(n, Leaf) and n.kind == "dask" for n in cl.nodes)
+    structure = (_structure(roots, sites, spec), context)
 
     def evaluate(blocks, paths=paths, placeholders=True, quick=True):
         placeholders = placeholders and has_dask  # (without dask inputs they make no difference)
@@ -128,6 +163,15 @@ def _choose(x, sites: int, plan_rel, dask_source, spec):
         p, extra = built[key][1], built[key][3]
         return p, (p.cost.seconds or 0.0) + extra
 
+    with _CHOICES_LOCK:
+        seen = _CHOICES.get(structure)
+    if seen is not None:  # the same structure was chosen for before: its chunking, planned over this data
+        blocks, order, why = seen
+        paths = {n: p for n, p in zip(multi, order) if p is not None}
+        evaluate(blocks, paths, placeholders=False, quick=False)
+        rel, best = built[(tuple(blocks), tuple(paths.get(n) for n in multi), False, False)][:2]
+        why = f"{why} (the choice made before for an expression of this structure)"
+        return rel, best.with_stage(Stage("chunking", None, time.perf_counter() - t0, why)), None
     choice = choose(cl, sites, evaluate, final=lambda blocks: evaluate(blocks, quick=False))
     notes = []
     for node in multi:  # the contraction order: opt_einsum's candidates, costed under the chosen chunking
@@ -150,6 +194,10 @@ def _choose(x, sites: int, plan_rel, dask_source, spec):
     evaluate(choice.blocks, paths, placeholders=False, quick=False)
     rel, best = built[(tuple(choice.blocks), tuple(paths.get(n) for n in multi), False, False)][:2]
     why = choice.why + ("; " + "; ".join(notes) if notes else "")
+    with _CHOICES_LOCK:
+        _CHOICES[structure] = (tuple(choice.blocks), tuple(paths.get(n) for n in multi), why)
+        while len(_CHOICES) > 64:
+            _CHOICES.popitem(last=False)
     return rel, best.with_stage(Stage("chunking", None, time.perf_counter() - t0, why)), choice
 
 
@@ -203,7 +251,7 @@ def plan(x, client=None, sites=None, *, calibrate: bool = True, memory_limit=Non
                         **(QUICK if quick else {}))
 
     spec = cluster_spec(client, calibrate_=calibrate)
-    _, p, _ = _choose(x, len(workers), plan_rel, dask_source, spec)
+    _, p, _ = _choose(x, len(workers), plan_rel, dask_source, spec, context=(tuple(workers), memory_limit, calibrate))
     return p, client, workers
 
 

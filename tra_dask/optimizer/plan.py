@@ -65,7 +65,8 @@ class Plan:
         self._cost: Cost | None = cost
         self._compiled = compiled               # td.optimize: the paper's initial plan (or how to make it)
         self.search = search                    # td.optimize: the search's report
-        self.alternatives = tuple(alternatives)  # td.optimize: the other plans considered, cheapest first
+        # td.optimize: the other plans considered, cheapest first (or how to make them: a reused plan's)
+        self._alternatives = alternatives if callable(alternatives) else tuple(alternatives)
         self.stages = tuple(stages)             # td.optimize: compile, search, (replay,) check
         self._frozen = True
 
@@ -83,6 +84,15 @@ class Plan:
             c = c()
             object.__setattr__(self, "_compiled", c)
         return c
+
+    @property
+    def alternatives(self) -> tuple:
+        """The other plans the search considered, cheapest first (td.optimize)."""
+        a = self._alternatives
+        if callable(a):
+            a = tuple(a())
+            object.__setattr__(self, "_alternatives", a)
+        return a
 
     def stage(self, name: str) -> Stage:
         """The stage called ``name`` (see :attr:`stages`)."""
@@ -121,7 +131,7 @@ class Plan:
         """This plan with ``stage`` recorded before its own stages (a step that ran
         before the optimizer, like the array front-end's choice of chunking)."""
         return Plan(self.outputs, self.rebuild, self.sites, self.cost_model, self.expr, cost=self._cost,
-                    compiled=self._compiled, search=self.search, alternatives=self.alternatives,
+                    compiled=self._compiled, search=self.search, alternatives=self._alternatives,
                     stages=(stage,) + self.stages)
 
     def with_cost_model(self, model: str) -> "Plan":

@@ -47,6 +47,7 @@ from ..node import canonical, toposort
 from ..physical import Broadcast, Part, PlacementError, PNode, PSource, Shuffle
 from .cost import Cost, plan_cost
 from .objective import FewestBytes, Objective
+from .rules.domain import contraction_memo
 
 __all__ = ["search", "SearchResult", "objective", "delivered_cost"]
 
@@ -174,6 +175,11 @@ def search(outputs, rules, *, model: str = "exact", objective: Objective | None 
     """The cheapest plan equivalent to ``outputs`` (compiled IA nodes) under ``rules``
     (see the module docstring).  ``beam``: placement signatures kept per node;
     ``final``: candidates per output costed exactly at the end."""
+    with contraction_memo():
+        return _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds, final)
+
+
+def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds, final) -> SearchResult:
     for name, v in (("budget", budget), ("beam", beam), ("rounds", rounds), ("final", final)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"the search's {name} must be an int >= 1, got {v!r}")

@@ -15,6 +15,7 @@ from ..logical import ClusterSource, Relation
 from ..logical.nodes import toposort
 from ..lowering import Lowered, lower
 from ..optimizer import Plan, compile
+from ..optimizer.cache import PlanCache, signature
 from ..optimizer import optimize as _optimize
 from .cluster import WorkersLeft, _ensure_recorder, _resolve, _Vanished, workers_info
 from .futures import RelationFutures, Submission
@@ -51,6 +52,14 @@ def _plan_for(expr, client, sites, *, optimize, memory_limit, cost_model, object
     room = None
     if memory_limit is None:
         memory_limit = room = _memory_budget(client, workers)
+    cache = _plan_cache(client) if dask.config.get("tra-dask.plan-cache", True) else None
+    if cache is not None:
+        sig, sources = signature(expr, lambda s: placements[s].token if placements and s in placements else None)
+        key = (sig, tuple(workers), cost_model, _objective_token(objective), calibrate, beam, budget,
+               room is None and memory_limit)
+        plan = cache.get(key, expr, sources, accept=lambda p, limit: _fits(p, limit, memory_limit))
+        if plan is not None:
+            return plan
     cluster = None
     if objective == "time":
         from ..calibration import cluster_spec
@@ -58,12 +67,47 @@ def _plan_for(expr, client, sites, *, optimize, memory_limit, cost_model, object
         cluster = cluster_spec(client, calibrate_=calibrate).with_sites(len(workers))
     search = {k: v for k, v in (("beam", beam), ("budget", budget)) if v is not None}
     try:
-        return _optimize(expr, sites=len(workers), placements=placements, memory_limit=memory_limit,
+        plan = _optimize(expr, sites=len(workers), placements=placements, memory_limit=memory_limit,
                          cost_model=cost_model, objective=objective, cluster=cluster, **search)
     except ValueError as e:
         if room is None or "no plan fits" not in str(e):
             raise
         raise ValueError(f"{e} (the limit is the cluster's: {room.why})") from None
+    if cache is not None:
+        cache.put(key, plan, sources, memory_limit)
+    return plan
+
+
+_PLAN_CACHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # client -> PlanCache
+_PLAN_CACHES_LOCK = threading.Lock()
+
+
+def _plan_cache(client: Client) -> PlanCache:
+    """The client's cache of plans (:mod:`tra_dask.optimizer.cache`): a repeated
+    submission of an expression of the same structure, over sources of the same types
+    and placements on the same workers, reuses the plan instead of searching again.
+    ``dask.config.set({"tra-dask.plan-cache": False})`` turns it off."""
+    with _PLAN_CACHES_LOCK:
+        cache = _PLAN_CACHES.get(client)
+        if cache is None:
+            cache = _PLAN_CACHES[client] = PlanCache(int(dask.config.get("tra-dask.plan-cache-size", 64)))
+        return cache
+
+
+def _objective_token(objective):
+    """A hashable stand-in for the objective option (an Objective object by identity)."""
+    return objective if objective is None or isinstance(objective, str) else ("object", id(objective))
+
+
+def _fits(plan: Plan, planned_under, limit) -> bool:
+    """A cached plan is reused under the memory budget of now when it fits it, and the
+    budget it was chosen under was not much tighter (then a better plan may fit now):
+    within 25%, or both none."""
+    if limit is None or planned_under is None:
+        return limit is None and planned_under is None
+    if float(plan.cost.peak_bytes_per_site.max()) > float(limit):
+        return False
+    return float(planned_under) >= 0.75 * float(limit)
 
 
 def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: bool = True,

@@ -16,6 +16,8 @@ the two free dims — and yields the whole implementation:
 from __future__ import annotations
 
 import functools
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Iterator, NamedTuple
 
 from ...keys import insert_dim, project
@@ -75,18 +77,41 @@ def match_contraction(node: PNode) -> Contraction | None:
     return Contraction(L, R, a, b, inner.kernel, k, tuple(gb))
 
 
+_MEMO: ContextVar = ContextVar("tra_dask_contraction_memo", default=None)
+
+
+@contextmanager
+def contraction_memo():
+    """Within this block (one search), a contraction rule builds its plans once per
+    contraction.  The memo ends with the block: a module-wide cache kept the last
+    contractions' sources, and so the user's arrays, alive after the search."""
+    token = _MEMO.set({})
+    try:
+        yield
+    finally:
+        _MEMO.reset(token)
+
+
 def contraction_rule(build):
     """A domain rule from ``build(contraction) -> plans``: it matches the contraction a
     node computes (:func:`match_contraction`), and since its plans depend on nothing
-    else, builds them once per contraction (the search meets one contraction under
-    many placements of the moves above its inputs)."""
-    cached = functools.lru_cache(maxsize=32)(lambda c: tuple(build(c)))
+    else, builds them once per contraction within a search (which meets one
+    contraction under many placements of the moves above its inputs;
+    :func:`contraction_memo`)."""
 
     @functools.wraps(build)
     def rule(node: PNode) -> Iterator[PNode]:
         c = match_contraction(node)
-        if c is not None:
-            yield from cached(c)
+        if c is None:
+            return
+        memo = _MEMO.get()
+        if memo is None:
+            yield from build(c)
+            return
+        plans = memo.get((build, c))
+        if plans is None:
+            plans = memo[(build, c)] = tuple(build(c))
+        yield from plans
 
     return rule
 
