@@ -212,3 +212,26 @@ def test_array_steps_on_a_cluster_reuse_chunking_and_plan(client):
     assert "made before" not in notes[0][0]
     assert all("made before" in n for n, _ in notes[1:])
     assert all("cache" in names for _, names in notes[1:])  # the plan too
+
+
+@pytest.mark.parametrize("sites", [2, 3, 4])
+def test_interning_nodes_in_a_search_changes_no_plan(sites, monkeypatch):
+    """The search shares a node's derived type, layout and memos with an equal node
+    made before in it (physical.nodes.interned): the same plans, only faster."""
+    import contextlib
+
+    import tra_dask.optimizer.search as search_mod
+    from tra_dask.programs.data import random_uniform as ru
+
+    exprs = [td.programs.matmul(ru((m, k), (bm, bk), name="A"), ru((k, n), (bk, bn), seed=1, name="B"))
+             for (m, k, n), (bm, bk, bn) in [((40, 40, 40), (10, 10, 10)), ((10, 640, 10), (10, 80, 10)),
+                                             ((80, 10, 80), (20, 10, 20)), ((9, 7, 5), (3, 4, 2))]]
+    if sites == 2:  # (its search is the longest: once)
+        exprs.append(td.programs.nearest_neighbor(ru((1, 6), (1, 6), name="q"), ru((75, 6), (10, 6), seed=5, name="X"),
+                                                  ru((6, 6), (6, 6), seed=6, name="M")))
+    with_interning = [td.optimize(e, sites=sites) for e in exprs]
+    monkeypatch.setattr(search_mod, "interned", contextlib.nullcontext)
+    without = [td.optimize(e, sites=sites) for e in exprs]
+    for a, b in zip(with_interning, without):
+        assert a.explain() == b.explain()
+        assert [alt.cost.floats_moved for alt in a.alternatives] == [alt.cost.floats_moved for alt in b.alternatives]

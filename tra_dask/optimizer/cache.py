@@ -88,21 +88,25 @@ class Slot(Source):
 
 def rebind(plan: Plan, old_sources: list, new_expr, new_sources: list, *, keep_search: bool = True) -> Plan:
     """``plan`` (made for an expression over ``old_sources``) over ``new_sources``
-    instead: every physical node above a replaced source is made again (its type and
-    layout derived anew, so a source that does not fit raises), the cost is kept
+    instead: every physical node above a replaced source is made again, with the
+    type and layout it had (the caller matched the sources by :func:`signature`, so
+    they have the old ones' types and placements), the cost is kept
     with the new nodes (it depends on types and placements only), and so are the
     alternatives and the compiled plan, rebound when first read.  ``new_expr`` None:
     the plan's ``expr`` and ``search`` are dropped (a data-free copy for a cache)."""
     swap = {old: new for old, new in zip(old_sources, new_sources)}
     rebuild = flatten_outputs(new_expr)[1] if new_expr is not None else None  # (its closure holds the expr)
 
+    memo: dict = {}  # one for the plan, its alternatives and its compiled plan: shared nodes remade once
+
     def remake(p: Plan):
-        memo: dict = {}
         for node in toposort(p.outputs):
+            if node in memo:
+                continue
             if node._op == "source" and node.source in swap:
-                memo[node] = dataclasses.replace(node, source=swap[node.source])
+                memo[node] = _remade(node, {"source": swap[node.source]})
             elif any(memo[c] is not c for c in node.children):
-                memo[node] = dataclasses.replace(node, **dict(zip(node._children, (memo[c] for c in node.children))))
+                memo[node] = _remade(node, dict(zip(node._children, (memo[c] for c in node.children))))
             else:
                 memo[node] = node
         cost = p._cost
@@ -137,6 +141,25 @@ def rebind(plan: Plan, old_sources: list, new_expr, new_sources: list, *, keep_s
     stage = Stage("cache", None, time.perf_counter() - t0,
                   "reused the plan of an earlier submission of the same structure, over this expression's sources")
     return out.with_stage(stage)
+
+
+_DERIVED = ("_type", "_layout", "_join_type")  # what a physical node derives from its inputs' types and placements
+
+
+def _remade(node, changes: dict):
+    """``node`` with the fields in ``changes`` (sources, or children remade over other
+    sources) and the same derived type and layout: the new sources have the old
+    ones' types (and fixed placements), which is all a type or layout rule reads, so
+    deriving them again would give the same.  Memos that name nodes are not copied."""
+    new = object.__new__(type(node))
+    d = new.__dict__
+    for f in dataclasses.fields(node):
+        d[f.name] = changes.get(f.name, getattr(node, f.name))
+    for name in _DERIVED:
+        if name in node.__dict__:
+            d[name] = node.__dict__[name]
+    hash(new)
+    return new
 
 
 def _renamed(node_cost, memo):

@@ -45,6 +45,7 @@ import numpy as np
 
 from ..node import canonical, toposort
 from ..physical import Broadcast, Part, PlacementError, PNode, PSource, Shuffle
+from ..physical.nodes import interned
 from .cost import Cost, plan_cost
 from .objective import FewestBytes, Objective
 from .rules.domain import contraction_memo
@@ -175,7 +176,7 @@ def search(outputs, rules, *, model: str = "exact", objective: Objective | None 
     """The cheapest plan equivalent to ``outputs`` (compiled IA nodes) under ``rules``
     (see the module docstring).  ``beam``: placement signatures kept per node;
     ``final``: candidates per output costed exactly at the end."""
-    with contraction_memo():
+    with contraction_memo(), interned():
         return _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds, final)
 
 

@@ -12,6 +12,8 @@ partial aggregate fed to a join) is rejected there, with the keys and sites name
 from __future__ import annotations
 
 from collections import OrderedDict
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -39,8 +41,22 @@ class PNode(Node):
     _op = "pnode"
 
     def __post_init__(self):
+        table = _INTERN.get()
+        if table is not None:
+            key = (type(self), self._params(), self.children)  # (params not memoised before the hash)
+            same = table.get(key)
+            if same is not None:  # made before in this search: what it derived, and its memos
+                if "_cost_memo" not in same.__dict__:
+                    object.__setattr__(same, "_cost_memo", {})
+                for name, value in same.__dict__.items():
+                    if name not in _OWN and name not in self.__dataclass_fields__:
+                        object.__setattr__(self, name, value)
+                hash(self)
+                return
         super().__post_init__()
         object.__setattr__(self, "_layout", self._infer_layout())
+        if table is not None:
+            table[key] = self
 
     def _infer_layout(self) -> L.Layout:
         raise TypeError(f"{type(self).__name__} has no layout rule")
@@ -61,6 +77,24 @@ class PNode(Node):
         ``"partial"``/``"mixed"`` when none applies."""
         return _describe(self)
 
+
+_INTERN: ContextVar = ContextVar("tra_dask_pnode_intern", default=None)
+
+
+@contextmanager
+def interned():
+    """Within this block (one search), a physical node equal to one made before in it
+    takes that one's type and layout (derived once, not again) and shares its cost
+    memo: the search rebuilds the same node under many combinations of children
+    (about two in three nodes it makes).  The table ends with the block."""
+    token = _INTERN.set({})
+    try:
+        yield
+    finally:
+        _INTERN.reset(token)
+
+
+_OWN = frozenset({"_hash", "_kids", "_params_memo", "_label"})  # of the node itself, not shared with an equal one
 
 _TYPES: "OrderedDict" = OrderedDict()
 
@@ -102,7 +136,11 @@ class PSource(PNode):
     _op = "source"
 
     def _params(self):
-        return (hash(self.source), self.placement_.token, self.free)
+        p = self.__dict__.get("_params_memo")
+        if p is None:
+            p = (hash(self.source), self.placement_.token, self.free)
+            object.__setattr__(self, "_params_memo", p)
+        return p
 
     def _same_extra(self, other) -> bool:
         return self.source == other.source

@@ -46,7 +46,13 @@ class Placement:
 
     @property
     def token(self):
-        return (type(self).__name__,) + tuple(getattr(self, f) for f in self.__dataclass_fields__)
+        """A hashable value equal for equal placements (computed once: the planner
+        compares source nodes, and so their placements, many thousand times)."""
+        t = self.__dict__.get("_token")
+        if t is None:
+            t = (type(self).__name__,) + tuple(getattr(self, f) for f in self.__dataclass_fields__)
+            object.__setattr__(self, "_token", t)
+        return t
 
 
 @dataclass(frozen=True)
