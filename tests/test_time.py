@@ -38,7 +38,7 @@ SPEC = td.ClusterSpec(3, memory_per_site=2e9, bandwidth=2e8, rates={"blas": 1e10
 def _by_hand(plan, spec):
     """The makespan recomputed from physical.work's derivation (tasks and transfers
     read off the work, not off the cost), with the same formula."""
-    work = plan_work(plan.outputs)
+    work = plan.work  # its derivation, fusion (for its threads) included
     cost = plan.cost
     recv = {n: np.zeros(plan.sites) for n in work.order}
     send = {n: np.zeros(plan.sites) for n in work.order}

@@ -7,9 +7,13 @@ only worker address strings."""
 
 import numpy as np
 import pytest
+from dask.local import get_sync
+from dask.task_spec import DataNode
+from dask.task_spec import Task as DaskTask
 
 import tra_dask as td
 from tra_dask.keys import insert_dim, k0, k1
+from tra_dask.logical.evaluate import flatten_outputs
 from tra_dask.logical.sources import ClusterSource
 from tra_dask.lowering import lower
 from tra_dask.physical import (Broadcast, LocalAggregate, LocalJoin, Part, PSource, Shuffle, node_work,
@@ -99,14 +103,23 @@ def check_work(plan):
     lo = lower(plan, workers, "tok")
     work = lo.work
 
-    # tasks: predicted == lowered, in all and per node
+    # tasks: predicted == lowered, in all and per node (a task fused into its reader is nested in it)
     assert plan.cost.tasks == lo.ntasks == work.ntasks
-    by_node = {}
+    by_node, nested = {}, {}
     for layer in lo.layers.values():
-        for key in layer:
+        for key, task in layer.items():
             by_node[key[0]] = by_node.get(key[0], 0) + 1
+            nested.update({k: key for k in _nested_keys(task)})
     for i, n in enumerate(work.order):
-        assert by_node.get(f"{n._op}-{i}-tok", 0) == plan.cost.nodes[n].tasks == work[n].ntasks, (i, n._op)
+        assert (by_node.get(f"{n._op}-{i}-tok", 0) + work.fused_in(n) == plan.cost.nodes[n].tasks
+                == work[n].ntasks), (i, n._op)
+    index = {n: i for i, n in enumerate(work.order)}
+    tkey = lambda n, t: (f"{n._op}-{index[n]}-tok", int(work[n].task_tuple[t]))  # noqa: E731
+    for (n, t), (rn, rt) in work.into.items():  # nested in its reader's task, on the same site, off the graph
+        top = nested[tkey(n, t)]
+        assert tkey(n, t) not in lo.planned and top in lo.planned
+        assert lo.planned[top] == workers[int(work[n].task_site[t])] == workers[int(work[rn].task_site[rt])]
+        assert tkey(rn, rt) == top or nested[tkey(rn, rt)] == top
 
     # every task runs where work says, on its inputs' keys
     site_of = {w: s for s, w in enumerate(workers)}
@@ -126,7 +139,7 @@ def check_work(plan):
             if w.kind == "scatter":  # named by content, position and worker (the scatter cache)
                 key = lo.node_keys[n][x.tuple]
                 assert key in lo.scatter[workers[x.site]] and key[1] == workers[x.site]
-            else:
+            elif (n, t) not in work.into:
                 assert lo.planned[key] == workers[x.site] and key in lo.layers[workers[x.site]]
 
     # transfers: the cross-site edges of the lowered graph are work's transfers, once each
@@ -147,7 +160,36 @@ def check_work(plan):
     assert graph_moves == work_moves == {(k, s) for k, s in lo.moves}
     assert work.bytes_moved == plan.cost.bytes_moved
     assert work.floats_moved == plan.cost.floats_moved
+
+    # the graph, fused tasks and all, computes the expression (run in this process)
+    resident = any(isinstance(n, PSource) and isinstance(n.source, ClusterSource) for n in work.order)
+    if plan.expr is not None and not resident:  # (resident chunks live on a cluster, not here)
+        dsk = {**{k: t for d in lo.layers.values() for k, t in d.items()},
+               **{k: DataNode(k, c) for d in lo.scatter.values() for k, c in d.items()}}
+        wanted = [dk for o in lo.outputs for dk in o.values()]
+        got = dict(zip(wanted, get_sync(dsk, wanted)))
+        for o, (rel, ref) in enumerate(zip(flatten_outputs(plan.expr)[0], _evaluated(plan.expr))):
+            assert set(lo.outputs[o]) == set(ref)
+            for k, dk in lo.outputs[o].items():
+                np.testing.assert_allclose(got[dk], ref[k], rtol=1e-9, atol=1e-12)
     return lo
+
+
+def _nested_keys(task) -> set:
+    """Keys of the tasks nested (fused) inside ``task``."""
+    out = set()
+    for a in getattr(task, "args", ()):
+        if isinstance(a, DaskTask):
+            out |= {a.key} | _nested_keys(a)
+    return out
+
+
+def _evaluated(expr) -> list:
+    res = td.evaluate(expr, check=False)
+    outs, _ = flatten_outputs(expr)
+    if len(outs) == 1:
+        return [res]
+    return list(res.values()) if isinstance(res, dict) else list(res)
 
 
 @pytest.mark.parametrize("how", ["compile", "optimize"])

@@ -16,8 +16,12 @@ their site; LocalFilter, pure rekeys and aggregation groups of one are aliases. 
 aggregation group of several is one task, folding (or concatenating) its chunks in
 key order.
 
-No Dask graph optimisation or fusion runs on the result: tasks are grouped into one
-``MaterializedLayer`` per worker carrying ``{"workers": [addr],
+A task the work fuses into its one reader (``PlanWork.into``: local computations on
+one site, chosen after placement) is emitted as a nested call inside that reader's
+task instead of as a task of its own — a ``dask.task_spec.Task`` argument, which
+Dask runs in place — so the reader's key stands for the chain and the fused task has
+no key in the graph.  No Dask graph optimisation runs on the result: tasks are
+grouped into one ``MaterializedLayer`` per worker carrying ``{"workers": [addr],
 "allow_other_workers": False}``, wrapped in a ``HighLevelGraph``.
 """
 
@@ -54,6 +58,7 @@ class Lowered:
     outputs: list = field(default_factory=list)    # per output: {TRA key: dask key}
     moves: dict = field(default_factory=dict)      # (source key, site) -> the key of that transfer
     work: PlanWork | None = None                   # what the graph runs: physical.work's derivation
+    fused: dict = field(default_factory=dict)      # key of a fused task -> its Task, until its reader takes it
 
     @property
     def ntasks(self) -> int:
@@ -76,13 +81,20 @@ def lower(plan, workers: list, token: str) -> Lowered:
     if len(workers) != plan.sites:
         raise ValueError(f"the plan is for {plan.sites} sites but {len(workers)} workers were given")
     out = Lowered(token, list(workers))
-    out.work = work = plan_work(plan.outputs)
+    out.work = work = plan.work if hasattr(plan, "work") else plan_work(plan.outputs)
+    inner: dict = {}
+    for n, t in work.into:
+        inner.setdefault(n, set()).add(t)
     for i, node in enumerate(work.order):
         name = f"{node._op}-{i}-{token}"
         w = work[node]
         task_keys = [(name, int(j)) for j in w.task_tuple.tolist()]
+        for t in inner.get(node, ()):
+            out.fused[task_keys[t]] = None  # made below, taken by its reader
         _VISIT[type(node)](node, w, task_keys, out)
         out.node_keys[node] = _keys(node, w, task_keys, out)
+    if out.fused:  # a fused task nobody took: a bug in the work's fusion
+        raise AssertionError(f"fused tasks with no reader: {list(out.fused)[:3]}")
     for o in plan.outputs:
         keys, tra_keys = out.node_keys[o], o.type.key_list()
         copies = result_copies(o.layout, o.type.ntuples)  # one copy of each key: the lowest site's
@@ -103,13 +115,22 @@ def _keys(node, w: NodeWork, task_keys: list, out: Lowered) -> list:
 
 
 def _refs(node, w: NodeWork, t: int, out: Lowered) -> list:
-    """TaskRefs to task ``t``'s inputs, in call order."""
+    """Task ``t``'s inputs, in call order: a TaskRef to each, or the task itself
+    where it is fused into this one."""
     a, b = int(w.in_ptr[t]), int(w.in_ptr[t + 1])
     kids = node.children
-    return [TaskRef(out.node_keys[kids[c]][i]) for c, i in zip(w.in_child[a:b].tolist(), w.in_tuple[a:b].tolist())]
+    return [_ref(out, out.node_keys[kids[c]][i]) for c, i in zip(w.in_child[a:b].tolist(), w.in_tuple[a:b].tolist())]
+
+
+def _ref(out: Lowered, key):
+    task = out.fused.pop(key, None)
+    return TaskRef(key) if task is None else task
 
 
 def _task(out: Lowered, site: int, key, fn, *args):
+    if key in out.fused:  # runs inside its reader (physical.work's fusion)
+        out.fused[key] = Task(key, fn, *args)
+        return key
     w = out.workers[site]
     out.layers[w][key] = Task(key, fn, *args)
     out.planned[key] = w

@@ -18,6 +18,7 @@ Held bytes and flops count the needed tuples too: they are the tasks that run.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -74,11 +75,18 @@ class Cost:
     nodes: dict = field(repr=False)  # PNode -> NodeCost
     seconds: float | None = None     # predicted makespan, when costed for a cluster (optimizer/time.py)
     node_seconds: dict | None = field(default=None, repr=False)  # PNode -> seconds of its busiest site
+    fused: int = 0                   # of the nodes' tasks, those that run inside their reader (physical.work)
 
     @property
     def tasks(self) -> int:
-        """Dask tasks the lowered plan runs (a tie-breaker: fewer is simpler)."""
-        return sum(c.tasks for c in self.nodes.values())
+        """Dask tasks the lowered plan runs (a tie-breaker: fewer is simpler): the
+        nodes' tasks less those fused into their readers after placement."""
+        return sum(c.tasks for c in self.nodes.values()) - self.fused
+
+    def with_fused(self, fused: int) -> "Cost":
+        """This cost for the plan with ``fused`` of its tasks run inside their readers
+        (its predicted seconds, which count tasks, are dropped: annotate again)."""
+        return dataclasses.replace(self, fused=int(fused), seconds=None, node_seconds=None)
 
     @property
     def tuples(self) -> int:

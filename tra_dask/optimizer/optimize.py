@@ -18,6 +18,7 @@ import time
 from ..logical import Source, flatten_outputs
 from ..node import canonical, toposort
 from ..physical import PlacementError
+from ..physical.work import plan_work
 from .compile import _resolve_placements, compile
 from .cost import COST_MODELS, plan_cost
 from .objective import FastestTime, as_objective
@@ -87,10 +88,19 @@ def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, pla
     stages.append(Stage("check", best, time.perf_counter() - t0,
                         "outputs are the expression's relations; peak within the memory limit"))
     timed = obj if hasattr(obj, "annotate") else FastestTime(cluster=cluster)  # seconds are always reported
-    alternatives = [_plan(outs, rebuild, sites, cost_model, expr, timed.annotate(cost))
-                    for outs, cost in res.alternatives if outs != res.best]
-    return Plan(res.best, rebuild, sites, cost_model, expr, cost=timed.annotate(res.best_cost), compiled=compiled,
-                search=res, alternatives=alternatives, stages=stages)
+    threads = timed.spec(sites).threads if hasattr(timed, "spec") else 1
+
+    def fused(outs, cost, **kw) -> Plan:
+        """The plan after fusion (physical.work: a pass after placement), its cost
+        counting the tasks that remain."""
+        work = plan_work(outs, threads=threads)
+        return Plan(outs, rebuild, sites, cost_model, expr, cost=timed.annotate(cost.with_fused(len(work.into))),
+                    threads=threads, work=work, **kw)
+
+    def alternatives():  # costed when first read
+        return [fused(outs, cost) for outs, cost in res.alternatives if outs != res.best]
+
+    return fused(res.best, res.best_cost, compiled=compiled, search=res, alternatives=alternatives, stages=stages)
 
 
 def _plan(outputs, rebuild, sites, cost_model, expr, cost) -> Plan:

@@ -45,7 +45,7 @@ class Plan:
 
     def __init__(self, outputs, rebuild: Callable | None = None, sites: int | None = None,
                  cost_model: str = "exact", expr=None, *, cost: Cost | None = None, compiled=None,
-                 search=None, alternatives=(), stages=()):
+                 search=None, alternatives=(), stages=(), threads: int = 1, work=None):
         self.outputs = tuple(canonical(outputs))  # equal nodes are one object: one set of arrays
         self.rebuild = rebuild or (lambda rs: rs[0] if len(rs) == 1 else tuple(rs))
         self.sites = sites if sites is not None else self.outputs[0].nsites
@@ -68,6 +68,8 @@ class Plan:
         # td.optimize: the other plans considered, cheapest first (or how to make them: a reused plan's)
         self._alternatives = alternatives if callable(alternatives) else tuple(alternatives)
         self.stages = tuple(stages)             # td.optimize: compile, search, (replay,) check
+        self.threads = int(threads)             # tasks a worker runs at once (fusion keeps them side by side)
+        self._work = work                       # physical.work's derivation, made when first read
         self._frozen = True
 
     def __setattr__(self, name, value):
@@ -108,9 +110,20 @@ class Plan:
         return toposort(self.outputs)
 
     @property
+    def work(self):
+        """What the plan runs (:func:`tra_dask.physical.work.plan_work`: tasks, sites,
+        transfers, fusion) — shared by its cost and its lowering."""
+        if self._work is None:
+            from ..physical.work import plan_work
+
+            object.__setattr__(self, "_work", plan_work(self.outputs, threads=self.threads))
+        return self._work
+
+    @property
     def cost(self) -> Cost:
         if self._cost is None:
-            object.__setattr__(self, "_cost", plan_cost(self.outputs, self.cost_model))
+            cost = plan_cost(self.outputs, self.cost_model).with_fused(len(self.work.into))
+            object.__setattr__(self, "_cost", cost)
         return self._cost
 
     def strategies(self) -> list[str]:
@@ -132,11 +145,11 @@ class Plan:
         before the optimizer, like the array front-end's choice of chunking)."""
         return Plan(self.outputs, self.rebuild, self.sites, self.cost_model, self.expr, cost=self._cost,
                     compiled=self._compiled, search=self.search, alternatives=self._alternatives,
-                    stages=(stage,) + self.stages)
+                    stages=(stage,) + self.stages, threads=self.threads, work=self._work)
 
     def with_cost_model(self, model: str) -> "Plan":
         """The same plan costed under another cost model."""
-        return Plan(self.outputs, self.rebuild, self.sites, model, self.expr)
+        return Plan(self.outputs, self.rebuild, self.sites, model, self.expr, threads=self.threads, work=self._work)
 
     def explain(self, stage: str | None = None) -> str:
         """An indented tree, outputs at the top; per line the operator and its

@@ -47,13 +47,14 @@ import numpy as np
 
 from ..logical.sources import ClusterSource, FromFunction
 from ..node import toposort
-from .demand import demand
+from .demand import demand, result_copies
 from .nodes import (Broadcast, ConcatAgg, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PNode, PSource, Shuffle,
                     TileMap)
 
-__all__ = ["Task", "Transfer", "NodeWork", "PlanWork", "node_work", "plan_work", "TASK_KINDS"]
+__all__ = ["Task", "Transfer", "NodeWork", "PlanWork", "node_work", "plan_work", "TASK_KINDS", "FUSABLE_KINDS"]
 
 TASK_KINDS = ("load", "transfer", "kernel", "fold", "concat", "tile")  # the kinds that are graph tasks
+FUSABLE_KINDS = ("kernel", "fold", "concat", "tile")  # local computations: fused into their one reader
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
@@ -336,9 +337,28 @@ class PlanWork:
 
     ``via[(node, t)] = (first node, its task)`` for a transfer task that another
     Broadcast/Shuffle earlier in plan order already made: it reads that copy on its
-    own site and moves no bytes.  ``transfers`` lists the real ones."""
+    own site and moves no bytes.  ``transfers`` lists the real ones.
 
-    def __init__(self, outputs):
+    **Fusion** (after placement: it changes no site, no transfer and no byte).
+    ``into[(node, t)] = (consumer node, its task)`` for a task that runs *inside*
+    its reader, as a nested call, instead of as a Dask task of its own.  A task is
+    fused into its reader when
+
+    * both are local computations (:data:`FUSABLE_KINDS`) on the same site;
+    * the reader is its only reader in the plan (one input slot of one task), and
+      it is not a result (results are futures the user holds);
+    * fusing delays no transfer's consumer: every *other* input of the reader
+      depends on no transfer (else the fused task, which could have run while the
+      bytes travelled, would wait for them inside the reader);
+    * ``threads > 1`` (workers that run several tasks at once): a reader takes in
+      at most one task, so that no two tasks that could run side by side run one
+      after the other inside it.
+
+    Chains fuse transitively (a reader fused into its own reader takes its fused
+    inputs along).  ``ntasks`` counts the Dask tasks that remain; ``fused=False``
+    turns the pass off."""
+
+    def __init__(self, outputs, *, fuse: bool = True, threads: int = 1):
         self.outputs = tuple(outputs)
         self.order = toposort(self.outputs)
         self.need = demand(self.outputs)
@@ -359,13 +379,32 @@ class PlanWork:
                 else:
                     self.first[k] = (n, t)
                     self.transfers.append(Transfer(n, t, a, s, d, f, f * itemsize))
+        self.into: dict = _fusion(self, threads) if fuse else {}
 
     def __getitem__(self, node: PNode) -> NodeWork:
         return self.nodes[node]
 
     @property
     def ntasks(self) -> int:
-        return sum(w.ntasks for w in self.nodes.values())
+        """Dask tasks the plan runs (a task fused into its reader is not one)."""
+        return sum(w.ntasks for w in self.nodes.values()) - len(self.into)
+
+    def fused_in(self, node: PNode) -> int:
+        """How many of ``node``'s tasks run inside their readers."""
+        return sum(1 for n, _ in self.into if n is node)
+
+    def producer(self, node: PNode, i: int):
+        """``(node, task)`` that makes ``node``'s tuple ``i`` (through aliases), or
+        None for data: a scattered or cluster-resident chunk."""
+        while True:
+            w = self.nodes[node]
+            t = int(w.made_by[i])
+            if t >= 0:
+                return (node, t) if w.kind in TASK_KINDS else None
+            a = int(w.alias[i])
+            if a < 0:
+                return None  # resident
+            node, i = node.children[0], a
 
     @property
     def floats_moved(self) -> int:
@@ -388,8 +427,55 @@ class PlanWork:
                 f"({self.bytes_moved:,} bytes)>")
 
 
-def plan_work(outputs) -> PlanWork:
+def plan_work(outputs, *, fuse: bool = True, threads: int = 1) -> PlanWork:
     """The work of the plan whose results are ``outputs`` (PNodes, or a Plan)."""
     if hasattr(outputs, "outputs"):
         outputs = outputs.outputs
-    return PlanWork(outputs)
+    return PlanWork(outputs, fuse=fuse, threads=threads)
+
+
+def _fusion(work: PlanWork, threads: int) -> dict:
+    """``{(node, task): (reader node, its task)}``: the tasks that run inside their
+    one reader (the rules are in :class:`PlanWork`'s doc)."""
+    inputs: dict = {}   # graph task -> its inputs' producers (None: data), in call order
+    readers: dict = {}  # graph task -> how many input slots read it
+    late: dict = {}     # graph task -> depends on a transfer
+    for n in work.order:
+        w = work.nodes[n]
+        if not w.ntasks:
+            continue
+        kids = n.children
+        for t in range(len(w.task_tuple)):
+            first = work.via.get((n, t))
+            if first is not None:
+                ins = [first]
+            else:
+                a, b = int(w.in_ptr[t]), int(w.in_ptr[t + 1])
+                ins = [work.producer(kids[c], i) for c, i in zip(w.in_child[a:b].tolist(), w.in_tuple[a:b].tolist())]
+            inputs[(n, t)] = ins
+            for p in ins:
+                if p is not None:
+                    readers[p] = readers.get(p, 0) + 1
+            late[(n, t)] = w.kind == "transfer" or any(late[p] for p in ins if p is not None)
+    results = set()
+    for o in work.outputs:
+        for i in result_copies(o.layout, o.type.ntuples).tolist():
+            results.add(work.producer(o, i))
+    into: dict = {}
+    for c, ins in inputs.items():
+        wc = work.nodes[c[0]]
+        if wc.kind not in FUSABLE_KINDS:
+            continue
+        site = int(wc.task_site[c[1]])
+        for j, p in enumerate(ins):
+            if p is None or readers[p] != 1 or p in results:
+                continue
+            wp = work.nodes[p[0]]
+            if wp.kind not in FUSABLE_KINDS or int(wp.task_site[p[1]]) != site:
+                continue
+            if any(late[q] for k, q in enumerate(ins) if k != j and q is not None):
+                continue
+            into[p] = c
+            if threads > 1:
+                break
+    return into

@@ -6,6 +6,7 @@ import threading
 import time
 import uuid
 import weakref
+from collections import Counter
 
 import dask
 from distributed import Client, Future
@@ -262,6 +263,7 @@ def _publish(plan: Plan, lowered: Lowered, client: Client, name: str | None = No
     keys = sorted(lowered.graph_keys(), key=str)  # tasks (scattered chunks are data, not tasks)
     order = lowered.work.order
     index = {n: i for i, n in enumerate(order)}
+    fused = Counter(n for n, _ in lowered.work.into)
     record = {
         "token": lowered.token,
         "label": " + ".join(_title(o) for o in plan.outputs),
@@ -275,7 +277,9 @@ def _publish(plan: Plan, lowered: Lowered, client: Client, name: str | None = No
         # the plan's operators in lowering order: task keys of operator i are (f"{op}-{i}-{token}", j)
         "nodes": [
             {"index": i, "op": n._op, "label": n.label, "prefix": f"{n._op}-{i}-{lowered.token}", "params": n._fmt_params()[:120],
-             "inputs": [index[c] for c in n.children], "tasks": int(len(lowered.work[n].task_site))}
+             "inputs": [index[c] for c in n.children],
+             # its own tasks: those fused into a reader run inside the reader's task
+             "tasks": int(len(lowered.work[n].task_site)) - fused.get(n, 0), "fused": fused.get(n, 0)}
             for i, n in enumerate(order)
         ],
         "outputs": [{"label": o.label, "node": index[o]} for o in plan.outputs],
