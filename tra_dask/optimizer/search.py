@@ -176,7 +176,8 @@ def search(outputs, rules, *, model: str = "exact", objective: Objective | None 
     """The cheapest plan equivalent to ``outputs`` (compiled IA nodes) under ``rules``
     (see the module docstring).  ``beam``: placement signatures kept per node;
     ``final``: candidates per output costed exactly at the end."""
-    with contraction_memo(), interned():
+    outputs = canonical(list(outputs))
+    with contraction_memo(), interned(toposort(outputs)):
         return _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds, final)
 
 

@@ -45,7 +45,10 @@ class PNode(Node):
         if table is not None:
             key = (type(self), self._params(), self.children)  # (params not memoised before the hash)
             same = table.get(key)
-            if same is not None:  # made before in this search: what it derived, and its memos
+            # made before in this search over the same arrays (its children's layouts are
+            # these children's: a layout names the arrays its tuples hold, and equal nodes
+            # built apart hold different ones): what it derived, and its memos
+            if same is not None and all(a.layout is b.layout for a, b in zip(self.children, same.children)):
                 if "_cost_memo" not in same.__dict__:
                     object.__setattr__(same, "_cost_memo", {})
                 for name, value in same.__dict__.items():
@@ -82,12 +85,20 @@ _INTERN: ContextVar = ContextVar("tra_dask_pnode_intern", default=None)
 
 
 @contextmanager
-def interned():
-    """Within this block (one search), a physical node equal to one made before in it
-    takes that one's type and layout (derived once, not again) and shares its cost
-    memo: the search rebuilds the same node under many combinations of children
-    (about two in three nodes it makes).  The table ends with the block."""
-    token = _INTERN.set({})
+def interned(seed=()):
+    """Within this block (one search), a physical node equal to one made before in it,
+    over children with the same layouts, takes that one's type and layout (derived
+    once, not again) and shares its cost memos: the search rebuilds the same node
+    under many combinations of children (about two in three nodes it makes).  Equal
+    children with other layouts (built apart: their tuples name other array
+    objects, see :func:`~tra_dask.node.canonical`) derive anew — a copied layout
+    would name arrays of nodes not in the plan, and a transfer the plan makes twice
+    would be counted once or a shared one twice.  ``seed``: nodes made before the block that it
+    builds on (the search's input, made canonical first).  The table ends with the block."""
+    table: dict = {}
+    for node in seed:
+        table.setdefault((type(node), node._params(), node.children), node)
+    token = _INTERN.set(table)
     try:
         yield
     finally:
