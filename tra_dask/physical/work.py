@@ -274,16 +274,6 @@ _DERIVE = {
 # -- per node type: the inputs of each task ----------------------------------------------------------------
 
 
-def _csr(per_task: list) -> tuple:
-    """``[[(child, tuple), ...] per task]`` -> (in_ptr, in_child, in_tuple)."""
-    ptr = np.zeros(len(per_task) + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum([len(x) for x in per_task])
-    flat = [p for x in per_task for p in x]
-    child = np.array([c for c, _ in flat], dtype=np.int64)
-    tup = np.array([i for _, i in flat], dtype=np.int64)
-    return ptr, child, tup
-
-
 def _one_input(w: NodeWork, of: np.ndarray) -> tuple:
     n = len(w.task_tuple)
     return np.arange(n + 1, dtype=np.int64), np.zeros(n, np.int64), of[w.task_tuple].astype(np.int64)
@@ -315,10 +305,19 @@ def _inputs_aggregate(w: NodeWork):
     if isinstance(node.kernel, ConcatAgg):  # concatenate in key_dim order (stable: key order within)
         kd = it.keys[ilay.rows[order], node.kernel.key_dim]
         order = order[np.argsort(kd, kind="stable")]
-    members: dict = {}
-    for p in order.tolist():
-        members.setdefault(int(out_index[p]), []).append(p)
-    return _csr([[(0, p) for p in members[i]] for i in w.task_tuple.tolist()])
+    # each output tuple's members, in that order: grouped by output (a stable sort keeps the order within)
+    grp = out_index[order]
+    order = order[grp >= 0]
+    grp = grp[grp >= 0]
+    members = order[np.argsort(grp, kind="stable")]
+    count = np.bincount(grp, minlength=int(node.layout.ntuples))
+    start = np.cumsum(count) - count
+    t = w.task_tuple
+    n_in = count[t]
+    ptr = np.zeros(len(t) + 1, dtype=np.int64)
+    np.cumsum(n_in, out=ptr[1:])
+    at = np.repeat(start[t] - ptr[:-1], n_in) + np.arange(int(ptr[-1]), dtype=np.int64)
+    return ptr, np.zeros(int(ptr[-1]), np.int64), members[at].astype(np.int64)
 
 
 _INPUTS = {
@@ -364,21 +363,25 @@ class PlanWork:
         self.need = demand(self.outputs)
         self.nodes = {n: NodeWork(n, self.need[n]) for n in self.order}
         self.via: dict = {}
-        self.first: dict = {}  # (array, destination site) -> (node, task) that moves it
         self.transfers: list[Transfer] = []
-        for n in self.order:
-            w = self.nodes[n]
-            if w.kind != "transfer":
-                continue
-            itemsize = n.type.dtype.itemsize
-            for t, (a, s, d, f) in enumerate(zip(w.task_array.tolist(), w.task_src.tolist(),
-                                                 w.task_site.tolist(), w.task_floats.tolist())):
-                k = (a, d)
-                if k in self.first:
-                    self.via[(n, t)] = self.first[k]
-                else:
-                    self.first[k] = (n, t)
-                    self.transfers.append(Transfer(n, t, a, s, d, f, f * itemsize))
+        movers = [n for n in self.order if self.nodes[n].kind == "transfer"]
+        if movers:  # the first task (plan order) that moves an (array, destination site) makes the transfer
+            ws = [self.nodes[n] for n in movers]
+            s = max(n.nsites for n in movers)
+            code = np.concatenate([w.task_array.astype(np.int64) * s + w.task_site for w in ws])
+            node_of = np.repeat(np.arange(len(ws)), [len(w.task_site) for w in ws])
+            task_of = np.concatenate([np.arange(len(w.task_site), dtype=np.int64) for w in ws])
+            _, first, inv = np.unique(code, return_index=True, return_inverse=True)  # first occurrences
+            dup = np.flatnonzero(first[inv] != np.arange(len(code)))
+            f = first[inv[dup]]
+            self.via = {(movers[a], t): (movers[b], u) for a, t, b, u in zip(
+                node_of[dup].tolist(), task_of[dup].tolist(), node_of[f].tolist(), task_of[f].tolist())}
+            for k, w in enumerate(ws):
+                own = np.flatnonzero(~np.isin(np.arange(len(w.task_site)), task_of[dup][node_of[dup] == k]))
+                n, itemsize = movers[k], movers[k].type.dtype.itemsize
+                self.transfers += [Transfer(n, t, a, src, d, fl, fl * itemsize) for t, a, src, d, fl in zip(
+                    own.tolist(), w.task_array[own].tolist(), w.task_src[own].tolist(),
+                    w.task_site[own].tolist(), w.task_floats[own].tolist())]
         self.into: dict = _fusion(self, threads) if fuse else {}
 
     def __getitem__(self, node: PNode) -> NodeWork:
@@ -436,46 +439,85 @@ def plan_work(outputs, *, fuse: bool = True, threads: int = 1) -> PlanWork:
 
 def _fusion(work: PlanWork, threads: int) -> dict:
     """``{(node, task): (reader node, its task)}``: the tasks that run inside their
-    one reader (the rules are in :class:`PlanWork`'s doc)."""
-    inputs: dict = {}   # graph task -> its inputs' producers (None: data), in call order
-    readers: dict = {}  # graph task -> how many input slots read it
-    late: dict = {}     # graph task -> depends on a transfer
+    one reader (the rules are in :class:`PlanWork`'s doc).  Vectorised over every
+    task of the plan at once: a task is a global id (``base[node] + task``), and a
+    node's tuples map to the id of the task that makes them through aliases
+    (:func:`_producer_ids`)."""
+    order = [n for n in work.order if work.nodes[n].ntasks]
+    base, total = {}, 0
+    for n in order:
+        base[n] = total
+        total += work.nodes[n].ntasks
+    if not total:
+        return {}
+    prod = _producer_ids(work, base)
+    copies: dict = {}
+    for (n, t), first in work.via.items():
+        copies.setdefault(n, []).append((t, first))
+    fusable = np.zeros(total, bool)
+    site = np.empty(total, np.int64)
+    late = np.zeros(total, bool)      # the task depends on a transfer
+    slot_c, slot_p = [], []           # every input slot of every task: its reader, its producer (-1: data)
+    for n in order:
+        w = work.nodes[n]
+        b, m = base[n], w.ntasks
+        site[b:b + m] = w.task_site
+        if w.kind == "transfer":  # one input each (its child's tuple); a copy reads the first transfer
+            late[b:b + m] = True
+            p = prod[n.children[0]][w.in_tuple]
+            for t, first in copies.get(n, ()):
+                p[t] = base[first[0]] + first[1]
+            slot_c.append(np.arange(b, b + m, dtype=np.int64))
+            slot_p.append(p)
+            continue
+        fusable[b:b + m] = w.kind in FUSABLE_KINDS
+        ptr = w.in_ptr
+        if not len(w.in_tuple):
+            continue
+        reader = np.repeat(np.arange(b, b + m, dtype=np.int64), np.diff(ptr))
+        p = np.empty(len(w.in_tuple), np.int64)
+        for c, kid in enumerate(n.children):
+            at = w.in_child == c
+            p[at] = prod[kid][w.in_tuple[at]]
+        late[b:b + m] = np.bincount(reader[p >= 0] - b, weights=late[p[p >= 0]], minlength=m) > 0
+        slot_c.append(reader)
+        slot_p.append(p)
+    sc, sp = np.concatenate(slot_c), np.concatenate(slot_p)
+    readers = np.bincount(sp[sp >= 0], minlength=total)
+    result = np.zeros(total, bool)
+    for o in work.outputs:
+        r = prod[o][result_copies(o.layout, o.type.ntuples)]
+        result[r[r >= 0]] = True
+    ok = sp >= 0
+    spc = np.where(ok, sp, 0)
+    late_in = np.bincount(sc[ok], weights=late[spc[ok]], minlength=total)  # late input slots of each reader
+    cand = (ok & fusable[sc] & fusable[spc] & (readers[spc] == 1) & ~result[spc] & (site[spc] == site[sc])
+            & (late_in[sc] - late[spc] == 0))
+    c, p = sc[cand], sp[cand]
+    if threads > 1 and len(c):  # one per reader: its first candidate slot in call order
+        _, first = np.unique(c, return_index=True)
+        c, p = c[first], p[first]
+    starts = np.array([base[n] for n in order], np.int64)
+
+    def named(g):
+        k = np.searchsorted(starts, g, side="right") - 1
+        return [(order[a], t) for a, t in zip(k.tolist(), (g - starts[k]).tolist())]
+    return dict(zip(named(p), named(c)))
+
+
+def _producer_ids(work: PlanWork, base: dict) -> dict:
+    """``{node: ids}``: for each physical tuple of ``node``, the global id of the task
+    that makes it (through aliases, as :meth:`PlanWork.producer`), -1 for data (a
+    scattered or resident chunk) or a tuple the plan does not need."""
+    out: dict = {}
     for n in work.order:
         w = work.nodes[n]
-        if not w.ntasks:
-            continue
-        kids = n.children
-        for t in range(len(w.task_tuple)):
-            first = work.via.get((n, t))
-            if first is not None:
-                ins = [first]
-            else:
-                a, b = int(w.in_ptr[t]), int(w.in_ptr[t + 1])
-                ins = [work.producer(kids[c], i) for c, i in zip(w.in_child[a:b].tolist(), w.in_tuple[a:b].tolist())]
-            inputs[(n, t)] = ins
-            for p in ins:
-                if p is not None:
-                    readers[p] = readers.get(p, 0) + 1
-            late[(n, t)] = w.kind == "transfer" or any(late[p] for p in ins if p is not None)
-    results = set()
-    for o in work.outputs:
-        for i in result_copies(o.layout, o.type.ntuples).tolist():
-            results.add(work.producer(o, i))
-    into: dict = {}
-    for c, ins in inputs.items():
-        wc = work.nodes[c[0]]
-        if wc.kind not in FUSABLE_KINDS:
-            continue
-        site = int(wc.task_site[c[1]])
-        for j, p in enumerate(ins):
-            if p is None or readers[p] != 1 or p in results:
-                continue
-            wp = work.nodes[p[0]]
-            if wp.kind not in FUSABLE_KINDS or int(wp.task_site[p[1]]) != site:
-                continue
-            if any(late[q] for k, q in enumerate(ins) if k != j and q is not None):
-                continue
-            into[p] = c
-            if threads > 1:
-                break
-    return into
+        ids = np.full(len(w.made_by), -1, np.int64)
+        made = w.made_by >= 0
+        if w.kind in TASK_KINDS and w.ntasks:
+            ids[made] = base[n] + w.made_by[made]
+        al = ~made & (w.alias >= 0)
+        if al.any():
+            ids[al] = out[n.children[0]][w.alias[al]]
+        out[n] = ids
+    return out
