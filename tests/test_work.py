@@ -53,6 +53,7 @@ PROGRAMS = {
     # the suite's programs, small
     "matmul": matmul(A, B),
     "matmul from_function": matmul(F1, F2),
+    "a from_function source alone (no task reads another)": F1,
     "nearest neighbour": nearest_neighbor(td.from_numpy(_n(size=6), 4), td.from_numpy(_n(size=(11, 6)), (3, 4)),
                                           td.from_numpy(np.eye(6) * 2 + 0.1, 4)),
     "nearest neighbour 1xD query": nearest_neighbor(td.from_numpy(_n(size=(1, 8)), 2), M, td.from_numpy(np.eye(8), 2)),

@@ -482,6 +482,8 @@ def _fusion(work: PlanWork, threads: int) -> dict:
         late[b:b + m] = np.bincount(reader[p >= 0] - b, weights=late[p[p >= 0]], minlength=m) > 0
         slot_c.append(reader)
         slot_p.append(p)
+    if not slot_c:  # no task reads another (sources only)
+        return {}
     sc, sp = np.concatenate(slot_c), np.concatenate(slot_p)
     readers = np.bincount(sp[sp >= 0], minlength=total)
     result = np.zeros(total, bool)
