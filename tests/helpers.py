@@ -1,4 +1,6 @@
 """Shared test data and checks."""
+import subprocess
+
 import numpy as np
 
 import tra_dask as td
@@ -34,3 +36,17 @@ def dtype_liar(x):
 @td.kernel(name="binary_liar", shape="same")
 def binary_liar(a, b):
     return (a + b)[:1]
+
+
+def stop_processes(procs) -> None:
+    """Each process in turn, the workers first and each gone before the next is asked:
+    a worker told to stop while its scheduler closes can hang in its own close
+    (distributed's rpc close cancelled) until killed."""
+    for p in procs[::-1]:
+        if p.poll() is None:
+            p.terminate()
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=10)

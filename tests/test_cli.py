@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tra_dask import __version__, cli
+from helpers import stop_processes
 from test_real_cluster import listening
 
 TRA_DASK = [sys.executable, "-m", "tra_dask.cli"]
@@ -136,13 +137,7 @@ def dask_cluster(directory: Path, n_workers: int):
             time.sleep(0.2)
         yield address
     finally:
-        for p in procs[::-1]:  # the workers first, while their scheduler is there to let them go
-            p.terminate()
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=10)
+        stop_processes(procs)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,13 +19,24 @@ import pytest
 from distributed import Client
 
 import tra_dask as td
+from helpers import stop_processes
 from tra_dask.programs import matmul, random_uniform
 
 DASK = str(Path(sys.executable).with_name("dask"))
 
 
 def _start(args, env):
-    return subprocess.Popen([DASK, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    """A ``dask`` process; its log goes to a file, read when it fails (a pipe nobody
+    reads can fill with a lying kernel's tracebacks and block the process)."""
+    log = tempfile.TemporaryFile("w+")
+    p = subprocess.Popen([DASK, *args], env=env, stdout=subprocess.DEVNULL, stderr=log, text=True)
+    p.log = log
+    return p
+
+
+def _log(p) -> str:
+    p.log.seek(0)
+    return p.log.read()
 
 
 @pytest.fixture
@@ -40,14 +52,14 @@ def real_cluster(tmp_path):
         deadline = time.monotonic() + 60
         while not sched_file.exists() and time.monotonic() < deadline:
             if procs[0].poll() is not None:
-                pytest.fail(f"dask scheduler exited: {procs[0].stderr.read()}")
+                pytest.fail(f"dask scheduler exited: {_log(procs[0])}")
             time.sleep(0.1)
         for _ in range(2):
             procs.append(_start(["worker", "--scheduler-file", str(sched_file), "--host", "127.0.0.1",
                                  "--nworkers", "1", "--nthreads", "1", "--no-dashboard", "--no-nanny"], env))
         yield sched_file, procs
     finally:
-        _stop(procs)
+        stop_processes(procs)
 
 
 def test_submit_on_a_dask_scheduler_cluster(real_cluster):
@@ -170,18 +182,6 @@ def listening(procs) -> list[tuple[str, int]]:
     return out
 
 
-def _stop(procs) -> None:
-    for p in procs[::-1]:  # the workers first, while their scheduler is there to let them go
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(timeout=10)
-
-
 def _wait_for_workers(address: str, n: int, procs, sec=None, timeout: float = 60) -> None:
     from tra_dask import cli
 
@@ -223,7 +223,7 @@ def documented_cluster(marker: str, cwd: Path, sec=None):
         _wait_for_workers(address, sum(line[1] == "worker" for line in lines if line[0] == "dask"), procs, sec)
         yield address, f"http://127.0.0.1:{dashboard}", procs, runs
     finally:
-        _stop(procs)
+        stop_processes(procs)
 
 
 def test_the_readme_cluster_listens_on_loopback_only_and_runs_the_command(tmp_path):
@@ -253,6 +253,6 @@ def test_notebook_04_starts_a_cluster_that_listens_on_loopback_only():
         addrs = listening(ns["procs"])
         assert addrs and {ip for ip, _ in addrs} == {"127.0.0.1"}, addrs
     finally:
-        _stop(ns.get("procs", []))
+        stop_processes(ns.get("procs", []))
         if "tmp" in ns:
             shutil.rmtree(ns["tmp"], ignore_errors=True)
