@@ -25,6 +25,21 @@ CASES = {"speech": ((10_000, 1600, 10_000, 10), (4, 2, 4, 1)), "xml": ((1000, 59
 LR = 0.1
 
 
+def make_inputs(seed, dims, blocks, dtype):
+    """X, one-hot Y, W1, W2 as lazy dask arrays: ``dims`` (N, D, H, L) in ``blocks``
+    (blocks along N, D, H, L)."""
+    N, D, H, L = dims
+    bn, bd, bh, bl = blocks
+    rng = da.random.default_rng(seed)
+    c = lambda n, b: -(-n // b)  # noqa: E731
+    X = rng.standard_normal((N, D), chunks=(c(N, bn), c(D, bd)), dtype=dtype)
+    labels = rng.integers(0, L, N, chunks=c(N, bn))
+    Y = (labels[:, None] == da.arange(L, chunks=c(L, bl))[None, :]).astype(dtype)
+    W1 = rng.standard_normal((D, H), chunks=(c(D, bd), c(H, bh)), dtype=dtype) * 0.01
+    W2 = rng.standard_normal((H, L), chunks=(c(H, bh), c(L, bl)), dtype=dtype) * 0.01
+    return [X, Y, W1, W2]
+
+
 def step(xp, X, Y, W1, W2, n):
     """The same step in numpy or dask.array (the natural code)."""
     Z1 = X @ W1
@@ -64,17 +79,9 @@ def main(argv=None):
     try:
         for case, (dims, blocks) in CASES.items():
             N, D, H, L = (max(2, int(d * args.scale)) for d in dims)
-            bn, bd, bh, bl = blocks
             for dtype in args.dtype:
                 def inputs():
-                    rng = da.random.default_rng(next(seeds))
-                    c = lambda n, b: -(-n // b)  # noqa: E731
-                    X = rng.standard_normal((N, D), chunks=(c(N, bn), c(D, bd)), dtype=dtype)
-                    labels = rng.integers(0, L, N, chunks=c(N, bn))
-                    Y = (labels[:, None] == da.arange(L, chunks=c(L, bl))[None, :]).astype(dtype)
-                    W1 = rng.standard_normal((D, H), chunks=(c(D, bd), c(H, bh)), dtype=dtype) * 0.01
-                    W2 = rng.standard_normal((H, L), chunks=(c(H, bh), c(L, bl)), dtype=dtype) * 0.01
-                    return client.persist([X, Y, W1, W2])
+                    return client.persist(make_inputs(next(seeds), (N, D, H, L), blocks, dtype))
 
                 def expr():
                     X, Y, W1, W2 = inputs()

@@ -23,6 +23,18 @@ from tra_dask.programs import nearest_neighbor
 CASES = {"large": ((150_000, 600), (8, 2)), "wide": ((600, 10_000), (2, 8))}
 
 
+def make_inputs(seed, dims, blocks, dtype):
+    """The query q, the points X and the metric M as lazy dask arrays: ``dims`` (N, D)
+    in ``blocks`` (blocks along N, D)."""
+    (N, D), (bn, bd) = dims, blocks
+    rng = da.random.default_rng(seed)
+    c = lambda n, b: -(-n // b)  # noqa: E731
+    X = rng.standard_normal((N, D), chunks=(c(N, bn), c(D, bd)), dtype=dtype)
+    q = rng.standard_normal((D,), chunks=(c(D, bd),), dtype=dtype)
+    M = rng.standard_normal((D, D), chunks=(c(D, bd), c(D, bd)), dtype=dtype) / float(np.sqrt(D))
+    return [q, X, M]
+
+
 def nn(xp, q, X, A):
     diff = X - q
     dist = ((diff @ A) * diff).sum(axis=1)
@@ -39,16 +51,11 @@ def main(argv=None):
     seeds = itertools.count()
     report = Report(args)
     try:
-        for case, (dims, (bn, bd)) in CASES.items():
+        for case, (dims, blocks) in CASES.items():
             N, D = (max(4, int(d * args.scale)) for d in dims)
             for dtype in args.dtype:
                 def inputs():
-                    rng = da.random.default_rng(next(seeds))
-                    c = lambda n, b: -(-n // b)  # noqa: E731
-                    X = rng.standard_normal((N, D), chunks=(c(N, bn), c(D, bd)), dtype=dtype)
-                    q = rng.standard_normal((D,), chunks=(c(D, bd),), dtype=dtype)
-                    M = rng.standard_normal((D, D), chunks=(c(D, bd), c(D, bd)), dtype=dtype) / float(np.sqrt(D))
-                    return client.persist([q, X, M])
+                    return client.persist(make_inputs(next(seeds), (N, D), blocks, dtype))
 
                 def expr():
                     q, X, M = inputs()
