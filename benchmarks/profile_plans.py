@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -242,7 +243,7 @@ def main(argv=None):
         client.close()
     if args.write:
         write_section(f"profile: {args.label}", [
-            f"`python benchmarks/profile_plans.py --label {args.label} --repeat {args.repeat} --dtype {args.dtype}` at "
+            f"`python benchmarks/profile_plans.py --label {shlex.quote(args.label)} --repeat {args.repeat} --dtype {args.dtype}` at "
             f"tra_dask {_commit()} — {machine_line(args)}. Seconds per worker; the run with the least wall of "
             f"{args.repeat} (categories: the script's doc).", "", *lines])
 
