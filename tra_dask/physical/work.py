@@ -371,14 +371,15 @@ class PlanWork:
             code = np.concatenate([w.task_array.astype(np.int64) * s + w.task_site for w in ws])
             node_of = np.repeat(np.arange(len(ws)), [len(w.task_site) for w in ws])
             task_of = np.concatenate([np.arange(len(w.task_site), dtype=np.int64) for w in ws])
-            _, first, inv = np.unique(code, return_index=True, return_inverse=True)  # first occurrences
-            dup = np.flatnonzero(first[inv] != np.arange(len(code)))
+            _, first, inv = np.unique(code, return_index=True, return_inverse=True)
+            is_first = first[inv] == np.arange(len(code))  # the first occurrence of its code
+            dup = np.flatnonzero(~is_first)
             f = first[inv[dup]]
             self.via = {(movers[a], t): (movers[b], u) for a, t, b, u in zip(
                 node_of[dup].tolist(), task_of[dup].tolist(), node_of[f].tolist(), task_of[f].tolist())}
-            for k, w in enumerate(ws):
-                own = np.flatnonzero(~np.isin(np.arange(len(w.task_site)), task_of[dup][node_of[dup] == k]))
-                n, itemsize = movers[k], movers[k].type.dtype.itemsize
+            for n, w, own in zip(movers, ws, np.split(is_first, np.cumsum([len(w.task_site) for w in ws])[:-1])):
+                own = np.flatnonzero(own)
+                itemsize = n.type.dtype.itemsize
                 self.transfers += [Transfer(n, t, a, src, d, fl, fl * itemsize) for t, a, src, d, fl in zip(
                     own.tolist(), w.task_array[own].tolist(), w.task_src[own].tolist(),
                     w.task_site[own].tolist(), w.task_floats[own].tolist())]
@@ -395,19 +396,6 @@ class PlanWork:
     def fused_in(self, node: PNode) -> int:
         """How many of ``node``'s tasks run inside their readers."""
         return sum(1 for n, _ in self.into if n is node)
-
-    def producer(self, node: PNode, i: int):
-        """``(node, task)`` that makes ``node``'s tuple ``i`` (through aliases), or
-        None for data: a scattered or cluster-resident chunk."""
-        while True:
-            w = self.nodes[node]
-            t = int(w.made_by[i])
-            if t >= 0:
-                return (node, t) if w.kind in TASK_KINDS else None
-            a = int(w.alias[i])
-            if a < 0:
-                return None  # resident
-            node, i = node.children[0], a
 
     @property
     def floats_moved(self) -> int:
@@ -509,7 +497,7 @@ def _fusion(work: PlanWork, threads: int) -> dict:
 
 def _producer_ids(work: PlanWork, base: dict) -> dict:
     """``{node: ids}``: for each physical tuple of ``node``, the global id of the task
-    that makes it (through aliases, as :meth:`PlanWork.producer`), -1 for data (a
+    that makes it (its own task, or through an alias its input's), -1 for data (a
     scattered or resident chunk) or a tuple the plan does not need."""
     out: dict = {}
     for n in work.order:
