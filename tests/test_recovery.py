@@ -2,6 +2,7 @@
 on the workers there are and its results are exact.  Real LocalCluster(processes=True)
 workers killed with SIGKILL or stopped with SIGSTOP; every wait is bounded."""
 
+import functools
 import logging
 import os
 import signal
@@ -18,13 +19,28 @@ from tra_dask.programs import ffnn_sgd_step, matmul
 CONFIG = {"distributed.scheduler.active-memory-manager.start": False}
 
 
-def slow_chunk(key):
-    time.sleep(0.15)
+def chunk(key):
     return np.random.default_rng(key[0] * 1000 + key[1]).random((100, 100))
 
 
+def slow_chunk(key):
+    time.sleep(0.15)
+    return chunk(key)
+
+
 A = td.from_function(slow_chunk, (600, 600), 100, "float64", name="A")
-WANT = td.to_numpy(A) @ td.to_numpy(A)
+
+
+@functools.cache
+def a_numpy():
+    """A without the sleeps (computed on first use: workers import this module to
+    unpickle slow_chunk, and must not pay for it)."""
+    return np.block([[chunk((i, j)) for j in range(6)] for i in range(6)])
+
+
+@functools.cache
+def a_squared():
+    return a_numpy() @ a_numpy()
 
 
 def _cluster(n=3, **kw):
@@ -49,14 +65,14 @@ def _kill_one_of(client, workers, sig=signal.SIGKILL):
 def test_a_killed_worker_costs_no_result(when):
     with dask.config.set(CONFIG), _cluster() as cl, Client(cl) as c:
         t0 = time.monotonic()
-        np.testing.assert_allclose(td.submit(matmul(A, A)).to_numpy(), WANT, rtol=1e-12)
+        np.testing.assert_allclose(td.submit(matmul(A, A)).to_numpy(), a_squared(), rtol=1e-12)
         base = time.monotonic() - t0
         rf = td.submit(matmul(A, A))
         victim = rf.lowered.workers[1]
         pid = _pid(c, victim)
         time.sleep(when * base)
         os.kill(pid, signal.SIGKILL)  # the nanny starts a new worker, under another address
-        np.testing.assert_allclose(rf.to_numpy(), WANT, rtol=1e-12)
+        np.testing.assert_allclose(rf.to_numpy(), a_squared(), rtol=1e-12)
         assert len(rf.recoveries) == 1 and victim in rf.recoveries[0][1]
         assert victim not in rf.lowered.workers
         assert "resumed" in rf.recoveries[0][1]  # the unfinished part ran again, not the whole plan
@@ -78,7 +94,7 @@ def test_two_workers_killed_one_after_the_other():
             assert time.monotonic() < deadline
         second = rf.lowered.workers[-1]
         os.kill(_pid(c, second), signal.SIGKILL)
-        np.testing.assert_allclose(rf.to_numpy(), WANT, rtol=1e-12)
+        np.testing.assert_allclose(rf.to_numpy(), a_squared(), rtol=1e-12)
         assert len(rf.recoveries) == 2
         assert first not in rf.lowered.workers and second not in rf.lowered.workers
 
@@ -92,7 +108,7 @@ def test_a_frozen_worker_is_detected_and_the_plan_recovers():
         os.kill(pid, signal.SIGSTOP)
         try:
             t0 = time.monotonic()
-            np.testing.assert_allclose(rf.to_numpy(), WANT, rtol=1e-12)
+            np.testing.assert_allclose(rf.to_numpy(), a_squared(), rtol=1e-12)
             assert time.monotonic() - t0 < 60
             assert "stopped answering" in rf.recoveries[0][1]
             assert victim not in rf.lowered.workers
@@ -113,7 +129,7 @@ def test_compute_with_progress_and_chained_results_recover(capsys):
         nxt = td.transform(first, "neg")
         _kill_one_of(c, first.lowered.workers)
         # planning over the earlier result waits for it, which recovers it first
-        np.testing.assert_allclose(td.submit(nxt).to_numpy(), -WANT, rtol=1e-12)
+        np.testing.assert_allclose(td.submit(nxt).to_numpy(), -a_squared(), rtol=1e-12)
         assert first.recoveries
         # td.compute draws its bar without blocking: the waits behind it recover
         step = ffnn_sgd_step(X, Y, W1, W2, 0.1)
@@ -148,7 +164,7 @@ def test_dask_calls_fail_at_once_and_work_after_the_recovery():
         rf.wait()
         assert len(rf.recoveries) == 1
         got = dask.compute(rf)[0]
-        np.testing.assert_allclose(td.to_numpy(rf.node, got), WANT, rtol=1e-12)
+        np.testing.assert_allclose(td.to_numpy(rf.node, got), a_squared(), rtol=1e-12)
 
 
 @pytest.mark.timeout(180)
@@ -160,6 +176,6 @@ def test_a_running_plan_over_an_earlier_result_recovers_both():
         rf = td.submit(matmul(first, A))  # loads A again: about 2 s
         time.sleep(0.5)
         _kill_one_of(c, first.lowered.workers)
-        np.testing.assert_allclose(rf.to_numpy(), WANT @ td.to_numpy(A), rtol=1e-10)
+        np.testing.assert_allclose(rf.to_numpy(), a_squared() @ a_numpy(), rtol=1e-10)
         assert rf.recoveries
-        np.testing.assert_allclose(first.to_numpy(), WANT, rtol=1e-12)  # recovered too if it lost chunks
+        np.testing.assert_allclose(first.to_numpy(), a_squared(), rtol=1e-12)  # recovered too if it lost chunks
