@@ -15,7 +15,7 @@ import time
 import dask
 import numpy as np
 import psutil
-from distributed import Client, LocalCluster, wait
+from distributed import Client, Future, LocalCluster, futures_of, wait
 
 import tra_dask as td
 
@@ -60,6 +60,33 @@ def worker_bytes(client: Client, since: float, until: float) -> int:
                    if e["who"] in workers and since <= e["start"] <= until)
 
     return int(sum(client.run(count).values()))
+
+
+def twins(client: Client, arrays: list) -> list:
+    """Fresh copies of persisted dask arrays, every chunk copied on the worker that
+    holds the original (no transfer), as persisted dask arrays of new keys.  Two
+    systems timed on twins of the same inputs start from the same placement, so their
+    bytes moved compare like for like (a fresh ``persist`` places chunks anew each
+    time, and copies a run fetched would help a second run on the same arrays)."""
+    import uuid
+
+    import dask.array as da
+    from dask.core import flatten
+
+    keys = [list(flatten(x.__dask_keys__())) for x in arrays]
+    who = client.who_has(futures_of(arrays))
+    out = []
+    for x, ks in zip(arrays, keys):
+        name = f"twin-{uuid.uuid4().hex[:12]}"
+        graph = {}
+        for k in ks:
+            holder = sorted(who[k])[0]
+            new = (name, *k[1:])
+            graph[new] = client.submit(np.copy, Future(k, client), key=new, workers=[holder],
+                                       allow_other_workers=False, pure=False)
+        out.append(da.Array(graph, name, x.chunks, dtype=x.dtype, meta=x._meta))
+    wait([f for g in out for f in g.dask.values()])
+    return out
 
 
 class LoadWatch:
