@@ -41,7 +41,15 @@ def _before(name, a, b):
         "rmm": lambda: LocalAggregate(Shuffle(LocalJoin(Broadcast(a), b, (1,), (0,), K("matmul")), (0, 2)), (0, 2), K("add")),
         "rmm_grid": lambda: LocalAggregate(Shuffle(LocalJoin(Broadcast(a), b, (1,), (0,), K("matmul")), (0, 2)), (0, 2), K("add")),
         "free": lambda: Shuffle(a, (1,)),
+        # A's row blocks held the other way round from Part(0): the table follows them
+        "affinity": lambda: LocalAggregate(Shuffle(LocalJoin(Broadcast(_flipped(a)), b, (1,), (0,), K("matmul")), (0, 2)),
+                                           (0, 2), K("add")),
     }[name]()
+
+
+def _flipped(a):
+    """``a`` held (not free) with row block i on site 1 - i."""
+    return PSource(a.source, KeySites(tuple((k, 1 - k[0]) for k in a.source.type.key_list()), 2), free=False)
 
 
 RULE = {
@@ -51,7 +59,7 @@ RULE = {
     "r2_1": R.r2_1_last_move_wins, "r2_2": R.r2_2_swap_move_and_filter, "r2_3": R.r2_3_swap_move_and_map,
     "r2_4": R.r2_4_drop_shuffle_before_aggregate, "r2_5": R.r2_5_pre_aggregate, "r2_6": R.r2_6_join_strategies,
     "r2_7": R.r2_7_drop_shuffle_after_join, "noop": R.drop_noop_move, "bmm": R.bmm, "cmm": R.cmm, "rmm": R.rmm,
-    "rmm_grid": R.rmm_grid, "free": R.place_free_source,
+    "rmm_grid": R.rmm_grid, "free": R.place_free_source, "affinity": R.affinity_mm,
 }
 
 GOLDEN = {
@@ -95,6 +103,9 @@ GOLDEN = {
         "Shuffle(LocalMap(B@Grid(*, 0, 1 on 2x1x1), key_fn=insert_dim(0, 2)), grid=Grid(0, 1, 2 on 2x1x1)), left_on=(0, 1, 2), "
         "right_on=(0, 1, 2), kernel='matmul'), group_by=(0, 2), kernel='add')"],
     "free": ["A@Part(1)"],
+    "affinity": ["LocalAggregate(LocalJoin(Shuffle(LocalMap(A@KeySites[4 keys], key_fn=insert_dim(2, 2)), "
+                 "table=Assign(0 by 10)), Shuffle(LocalMap(B@Part(0), key_fn=insert_dim(0, 2)), table=Assign(0 by 10)), "
+                 "left_on=(0, 1, 2), right_on=(0, 1, 2), kernel='matmul'), group_by=(0, 2), kernel='add')"],
 }
 
 
@@ -153,6 +164,38 @@ def test_both_sides_simulate_alike(name, data):
         check_same(before, after)
 
 
+@given(data=st.data())
+def test_affinity_plans_simulate_alike_and_move_only_split_values(data):
+    """Operands held where Dask put them (random sites, not free): every plan
+    affinity_mm offers computes the product, balanced (no site takes more than its
+    share of the dim's values), and a left operand partitioned on its row dim moves
+    no chunk of a row block that was whole on one site it kept."""
+    n, m = data.draw(st.integers(2, 6), label="n"), data.draw(st.integers(2, 6), label="m")
+    c = data.draw(st.integers(1, 3), label="chunk")
+    sites = data.draw(st.integers(2, 4), label="sites")
+    rng = np.random.default_rng(data.draw(st.integers(0, 1000), label="seed"))
+    A = td.from_numpy(rng.normal(size=(n, m)), c, name="A")
+    B = td.from_numpy(rng.normal(size=(m, n)), c, name="B")
+    held = lambda R: PSource(R, KeySites(tuple((k, data.draw(st.integers(0, sites - 1))) for k in R.keys), sites),  # noqa: E731
+                             free=False)
+    a, b = held(A), held(B)
+    before = LocalAggregate(Shuffle(LocalJoin(Broadcast(a), b, (1,), (0,), K("matmul")), (0, 2)), (0, 2), K("add"))
+    for after in R.affinity_mm(before):
+        check_same(before, after)
+        shuffles = [x for x in td.Plan([after]).nodes if isinstance(x, Shuffle) and x.table]
+        table = shuffles[0].table
+        assert np.bincount(table, minlength=sites).max() <= -(-len(table) // sites)
+        if shuffles[0].dims == (0,):  # A's row blocks: one wholly on one site stays there unless that site is full
+            cap, load = -(-len(table) // sites), np.bincount(table, minlength=sites)
+            where = {}
+            for row, site in zip(a.layout.rows, a.layout.sites):
+                where.setdefault(int(A.keys[row][0]), set()).add(int(site))
+            for i, held_on in where.items():
+                if len(held_on) == 1:
+                    (h,) = held_on
+                    assert table[i] == h or load[h] == cap, (i, h, table)
+
+
 def test_opaque_predicates_and_key_functions_stop_the_rules(ab):
     a, b = ab
     opaque = td.keys.CallablePredicate(lambda key: key[0] == key[1])
@@ -169,7 +212,7 @@ def test_opaque_predicates_and_key_functions_stop_the_rules(ab):
 
 
 def test_rules_tuple_is_the_whole_optimizer_vocabulary():
-    assert len(R.RULES_R1) == 7 and len(R.RULES_R2) == 8 and len(R.DOMAIN_RULES) == 5
+    assert len(R.RULES_R1) == 7 and len(R.RULES_R2) == 8 and len(R.DOMAIN_RULES) == 6
     assert [r.__name__ for r in R.RULES_R1] == sorted(r.__name__ for r in R.RULES_R1)
     for r in R.RULES:
         assert r.__doc__ and len(r.__doc__) > 40, r.__name__

@@ -29,7 +29,9 @@ A sketch is made only when every parameter is free of block counts: grid sources
 (``from_numpy``, ``from_function``, or any source whose keys form a full block
 grid), no filters (a predicate may name block indices), no concat (its chunk is a
 whole dim), key maps that only pick dims, and ``insert_dim`` (whose count is a
-block count, mapped both ways).  Reduced block counts keep their order and their
+block count, mapped both ways).  A sketch plan that deals a dim's values to sites by
+a table (:func:`~tra_dask.optimizer.rules.affinity_mm`) is not replayed: the table
+is of the sketch's values.  Reduced block counts keep their order and their
 gaps of two or more, and every dim keeps at least two blocks (an interior and an
 edge chunk).
 """
@@ -45,7 +47,8 @@ from ..keys import InsertDim, KeyMap, insert_dim
 from ..logical import Concat, Filter, Rekey, Source
 from ..logical.sources import FromFunction
 from ..node import toposort
-from ..physical import KeyArrayMap, KeySites, LocalAggregate, LocalJoin, LocalMap, PlacementError, PSource
+from ..physical import (Assign, KeyArrayMap, KeySites, LocalAggregate, LocalJoin, LocalMap, PlacementError, PSource,
+                        Shuffle)
 from ..types import RelationType, grid_type
 
 __all__ = ["SKETCH_TUPLES", "Sketch", "make_sketch", "replay"]
@@ -197,6 +200,9 @@ def replay(outputs, sk: Sketch, want_types) -> list:
     has no valid full-size counterpart."""
     memo: dict = {}
     for n in toposort(outputs):
+        if isinstance(n, Shuffle) and n.table or isinstance(n, PSource) and isinstance(n.placement_, Assign):
+            raise NotReplayable(f"{n.label}: a table of sites per value of the sketch's blocks (affinity_mm) "
+                                f"has no full-size counterpart")
         if isinstance(n, PSource):
             memo[n] = PSource(sk.full_source[n.source], n.placement_, free=n.free)
             continue

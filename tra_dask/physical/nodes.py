@@ -27,7 +27,7 @@ from ..logical.sources import Source
 from ..node import Node
 from ..types import RelationType
 from . import layout as L
-from .placement import All, Grid, KeySites, Part, Placement
+from .placement import All, Assign, Grid, KeySites, Part, Placement
 
 __all__ = [
     "PNode", "PSource", "Broadcast", "Shuffle", "LocalJoin", "LocalAggregate", "LocalFilter", "LocalMap",
@@ -165,7 +165,7 @@ class PSource(PNode):
         p, t = self.placement_, self.type
         if isinstance(p, All):
             return L.source_layout(t, None, p.nsites)
-        if isinstance(p, (Part, Grid)):
+        if isinstance(p, (Part, Grid, Assign)):
             return L.source_layout(t, p.sites(t), p.nsites)
         if isinstance(p, KeySites):
             return L.source_layout(t, p.sites(t, self.source.label), p.nsites)
@@ -203,19 +203,25 @@ class Broadcast(PNode):
 class Shuffle(PNode):
     """Repartition on the key dims ``dims``: output placement ``Part(dims)``, or, with
     a ``grid`` shape, ``Grid(dims, grid)`` (``dims`` then names the key dim driving
-    each grid axis, None for a spread axis)."""
+    each grid axis, None for a spread axis), or, with a ``table``, ``Assign(dims[0],
+    table)`` (one dim; value v to site ``table[v]``)."""
 
     input: PNode
     dims: tuple
     grid: tuple = ()
+    table: tuple = ()
     _op = "Shuffle"
     _children = ("input",)
 
     def _fmt_params(self) -> str:
+        if self.table:
+            return f"table={self.target!r}"
         return f"dims={self.dims}" if not self.grid else f"grid={self.target!r}"
 
     def _infer_type(self):
         where = f"Shuffle({self.input.label})"
+        if self.grid and self.table:
+            raise ValueError(f"{where}: a shuffle has a grid or a table, not both")
         if self.grid:
             driven = tuple(d for d in self.dims if d is not None)
             _check_dims(where, self.input, driven, "dims", self.input.type.arity)
@@ -224,12 +230,19 @@ class Shuffle(PNode):
         else:
             dims = _check_dims(where, self.input, self.dims, "dims", self.input.type.arity)
             object.__setattr__(self, "dims", dims)
+            if self.table:
+                if len(dims) != 1:
+                    raise ValueError(f"{where}: a table assigns the values of one key dim, got dims {dims}")
+                object.__setattr__(self, "table", tuple(int(x) for x in self.table))
         return self.input.type
 
     @property
     def target(self) -> Placement:
-        """Where the shuffle sends each key: ``Part(dims)`` or ``Grid(dims, grid)``."""
+        """Where the shuffle sends each key: ``Part(dims)``, ``Grid(dims, grid)`` or
+        ``Assign(dim, table)``."""
         s = self.input.nsites
+        if self.table:
+            return Assign(self.dims[0], self.table, s)
         return Grid(self.dims, self.grid, s) if self.grid else Part(self.dims, s)
 
     def _infer_layout(self):

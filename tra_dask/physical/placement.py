@@ -15,6 +15,10 @@
   row-major over the grid.
 * :class:`KeySites` — an explicit key → site map, for sources whose chunks already
   live somewhere.
+* :class:`Assign` — partitioned on one key dim by an explicit value → site table
+  (chosen where the data already is: :func:`affinity_table`).  Two relations assigned
+  by the same table on dims whose values range alike are co-partitioned, like
+  ``Part``.
 
 >>> from tra_dask.types import grid_type
 >>> t = grid_type((8, 6), (2, 2), "float64")          # keys (i, j), 4 x 3
@@ -32,7 +36,7 @@ import numpy as np
 
 from ..types import RelationType, normalize_key
 
-__all__ = ["Placement", "All", "Part", "Grid", "KeySites", "as_placement"]
+__all__ = ["Placement", "All", "Part", "Grid", "KeySites", "Assign", "affinity_table", "as_placement"]
 
 
 def _check_nsites(nsites) -> int:
@@ -217,8 +221,76 @@ class KeySites(Placement):
         return f"KeySites[{len(self.items)} keys]"
 
 
+@dataclass(frozen=True)
+class Assign(Placement):
+    """Partitioned on key dim ``dim``: a tuple whose value on it is v sits on site
+    ``table[v]``.
+
+    >>> from tra_dask.types import grid_type
+    >>> t = grid_type((8, 6), (2, 2), "float64")          # keys (i, j), 4 x 3
+    >>> Assign(0, (1, 0, 0, 1), 2).sites(t).reshape(4, 3).tolist()
+    [[1, 1, 1], [0, 0, 0], [0, 0, 0], [1, 1, 1]]
+    """
+
+    dim: int
+    table: tuple
+    nsites: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "nsites", _check_nsites(self.nsites))
+        object.__setattr__(self, "dim", int(self.dim))
+        object.__setattr__(self, "table", tuple(int(x) for x in self.table))
+        if any(not 0 <= x < self.nsites for x in self.table):
+            raise ValueError(f"Assign: table {self.table} names a site outside 0..{self.nsites - 1}")
+
+    def sites(self, t: RelationType) -> np.ndarray:
+        if self.dim >= t.arity:
+            raise ValueError(f"{self!r}: key dim {self.dim} does not exist in a relation of key arity {t.arity}; "
+                             f"valid key dims are 0..{t.arity - 1}")
+        if t.ntuples and t.frontier[self.dim] > len(self.table):
+            raise ValueError(f"{self!r}: key dim {self.dim} has {t.frontier[self.dim]} values, the table "
+                             f"{len(self.table)}")
+        return np.asarray(self.table, dtype=np.int64)[t.keys[:, self.dim]] if t.ntuples else np.zeros(0, np.int64)
+
+    def __repr__(self):
+        return f"Assign({self.dim} by {''.join(map(str, self.table)) if self.nsites <= 10 else 'table'})"
+
+
+def affinity_table(extent: int, nsites: int, held: list) -> tuple | None:
+    """A value → site table for partitioning on one key dim that keeps data where it
+    is: ``held`` is a list of (values, sites, elements) arrays — for each physical
+    tuple of the relations to be partitioned, its value on the dim, its site and its
+    elements.  Each value goes to the site holding most of its elements, no site
+    taking more than ⌈extent / nsites⌉ values (balance); ties and values held nowhere
+    go to the blocked grid's site (``⌊v·s/extent⌋``), so with no preference the table
+    is the blocked one.  Greedy, largest holdings first.  None when no tuple is held
+    (nothing to keep in place)."""
+    weight = np.zeros((extent, nsites))
+    for values, sites, elements in held:
+        np.add.at(weight, (np.asarray(values, np.int64), np.asarray(sites, np.int64)), np.asarray(elements, float))
+    if not weight.any():
+        return None
+    blocked = (np.arange(extent) * nsites) // extent
+    cap = -(-extent // nsites)
+    table = np.full(extent, -1, np.int64)
+    load = np.zeros(nsites, np.int64)
+    # largest holding first; at equal weight the blocked site first, then lower values
+    v, s = np.nonzero(weight > 0)
+    order = np.lexsort((v, s != blocked[v], -weight[v, s]))
+    for i in order:
+        vi, si = v[i], s[i]
+        if table[vi] < 0 and load[si] < cap:
+            table[vi] = si
+            load[si] += 1
+    for vi in np.flatnonzero(table < 0):  # held nowhere it could go: the blocked site, else the least loaded
+        si = blocked[vi] if load[blocked[vi]] < cap else int(np.argmin(load))
+        table[vi] = si
+        load[si] += 1
+    return tuple(int(x) for x in table)
+
+
 def as_placement(spec, nsites: int) -> Placement:
-    """A placement from ``All``/``Part``/``Grid``/``KeySites``, the strings ``"all"``, a tuple of
+    """A placement from ``All``/``Part``/``Grid``/``KeySites``/``Assign``, the strings ``"all"``, a tuple of
     dims (``Part``), or a dict ``{key: site}``."""
     if isinstance(spec, Placement):
         if spec.nsites != nsites:

@@ -102,9 +102,9 @@ def broadcast(x: PNode) -> PNode:
     return Broadcast(x)
 
 
-def shuffle(x: PNode, dims, grid: tuple = ()) -> PNode:
-    """``Shuffle(x, dims, grid)`` with R2-1 applied at once (see :func:`broadcast`)."""
-    return Shuffle(_below_moves(x), dims, grid)
+def shuffle(x: PNode, dims, grid: tuple = (), table: tuple = ()) -> PNode:
+    """``Shuffle(x, dims, grid, table)`` with R2-1 applied at once (see :func:`broadcast`)."""
+    return Shuffle(_below_moves(x), dims, grid, table)
 
 
 def move_like(move: PNode, x: PNode) -> PNode:
@@ -112,4 +112,4 @@ def move_like(move: PNode, x: PNode) -> PNode:
     to ``x`` instead of its input."""
     if isinstance(move, Broadcast):
         return broadcast(x)
-    return shuffle(x, move.dims, move.grid)
+    return shuffle(x, move.dims, move.grid, move.table)

@@ -20,8 +20,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Iterator, NamedTuple
 
+import numpy as np
+
 from ...keys import insert_dim, project
-from ...physical import (Broadcast, KeyArrayMap, LocalAggregate, LocalJoin, LocalMap, PNode, Shuffle)
+from ...physical import (Broadcast, KeyArrayMap, LocalAggregate, LocalJoin, LocalMap, PNode, Shuffle, affinity_table)
 from ._util import attempt, broadcast, shuffle
 
 _MOVES = (Broadcast, Shuffle)
@@ -258,6 +260,70 @@ def rmm_grid(c: Contraction) -> Iterator[PNode]:
         yield from attempt(build)
 
 
+def _held(rel: PNode, dim: int):
+    """(values on ``dim``, sites, elements) of every physical tuple ``rel`` holds,
+    when they derive from chunks placed key by key (a ``KeySites`` source: data
+    already on the cluster); None otherwise (a free source is made wherever the plan
+    wants it, and a Part or Grid placement is one the other rules already follow)."""
+    from ...node import toposort
+    from ...physical import KeySites, PSource
+
+    if not any(isinstance(n, PSource) and not n.free and isinstance(n.placement_, KeySites) for n in toposort([rel])):
+        return None
+    lay, t = rel.layout, rel.type
+    if lay.partial:
+        return None
+    return t.keys[lay.rows, dim], lay.sites, t.chunk_sizes[lay.rows]
+
+
+@contraction_rule
+def affinity_mm(c: Contraction) -> Iterator[PNode]:
+    """The 1-D multiplies partitioned where the operands already are: one dim of the
+    join's output key (i, k, j) — the left's free dim (BMM, broadcast right), the
+    contracted dim (CMM) or the right's free dim (BMM, broadcast left) — is dealt to
+    the sites by a table (:func:`~tra_dask.physical.affinity_table`) that sends each
+    value where most of the operands' chunks with that value already live, balanced,
+    instead of by blocks (:func:`rmm_grid`'s s×1×1, 1×s×1 and 1×1×s grids).  Over
+    inputs Dask placed (chunk by chunk, wherever it ran them) the blocked grid moves
+    about half of an operand; this moves only the chunks of a value that are split
+    across sites.  The operand the dim is not in is replicated as in the 3-D
+    multiply; a free source is made where the table puts it.  Offered when some
+    operand derives from chunks placed key by key (``KeySites``: inputs on the
+    cluster) and the table is not the blocked one."""
+    from ...physical import Assign
+
+    s = c.left.nsites
+    if s == 1:
+        return
+    lf, rf = 1 - c.a, 1 - c.b
+    n_left_free, n_right_free = c.left.type.frontier[lf], c.right.type.frontier[rf]
+    extents = [0, 0, n_right_free]
+    extents[lf], extents[c.a] = n_left_free, c.left.type.frontier[c.a]
+    dims3 = (0, 1, 2)
+    for t in dims3:
+        ldim = t if t < 2 else None
+        rdim = c.b if t == c.a else (rf if t == 2 else None)
+        held = [h for rel, d in ((c.left, ldim), (c.right, rdim)) if d is not None
+                for h in [_held(rel, d)] if h is not None]
+        table = affinity_table(extents[t], s, held) if held and extents[t] > 1 else None
+        if table is None or table == tuple((np.arange(extents[t]) * s // extents[t]).tolist()):
+            continue
+
+        def build(t=t, ldim=ldim, rdim=rdim, table=table):
+            left = c.left if ldim is None else _placed(c.left, Assign(ldim, table, s))
+            right = c.right if rdim is None else _placed(c.right, Assign(rdim, table, s))
+            xs = LocalMap(left, KeyArrayMap(insert_dim(2, n_right_free)))
+            r = right if c.b == 0 else LocalMap(right, KeyArrayMap(project(c.b, rf)))
+            ys = LocalMap(r, KeyArrayMap(insert_dim(lf, n_left_free)))
+            join = LocalJoin(shuffle(xs, (t,), table=table), shuffle(ys, (t,), table=table), dims3, dims3, c.kernel)
+            if t != c.a:
+                return LocalAggregate(join, c.group_by, c.agg)
+            out_dims = tuple(range(len(c.group_by)))
+            return LocalAggregate(shuffle(LocalAggregate(join, c.group_by, c.agg), out_dims), out_dims, c.agg)
+
+        yield from attempt(build)
+
+
 def place_free_source(node: PNode) -> Iterator[PNode]:
     """The choice of a free source's initial placement: a source whose chunks are
     made on the workers (``from_function``, scattered ``from_numpy``) costs the same
@@ -271,7 +337,7 @@ def place_free_source(node: PNode) -> Iterator[PNode]:
         yield from attempt(lambda: PSource(src.source, node.target, free=True))
 
 
-DOMAIN_RULES = (bmm, cmm, rmm, rmm_grid, place_free_source)
+DOMAIN_RULES = (bmm, cmm, rmm, rmm_grid, affinity_mm, place_free_source)
 
 
 def classify(node: PNode) -> str | None:
@@ -291,6 +357,8 @@ def classify(node: PNode) -> str | None:
     if all(isinstance(u, LocalMap) and getattr(u.op.key_fn, "multiplicity", 1) > 1 for u in under):
         if isinstance(sides[0], Shuffle) and sides[0].grid:
             return f"RMM (3-D, {'x'.join(map(str, sides[0].grid))} grid of sites)"
+        if isinstance(sides[0], Shuffle) and sides[0].table:
+            return f"1-D multiply on key dim {sides[0].dims[0]} of (i, k, j), partitioned where the data is"
         return "RMM"
     if not getattr(node.kernel, "associative", False):
         return None

@@ -14,7 +14,7 @@ _MOVES = (Broadcast, Shuffle)
 
 
 def _rebuild_move(move: PNode, inp: PNode) -> PNode:
-    return Broadcast(inp) if isinstance(move, Broadcast) else Shuffle(inp, move.dims, move.grid)
+    return Broadcast(inp) if isinstance(move, Broadcast) else Shuffle(inp, move.dims, move.grid, move.table)
 
 
 def r2_1_last_move_wins(node: PNode) -> Iterator[PNode]:
@@ -77,7 +77,7 @@ def r2_5_pre_aggregate(node: PNode) -> Iterator[PNode]:
     if not (getattr(k, "associative", False) and getattr(k, "commutative", False)):
         return
     d, gb = node.input.dims, node.group_by
-    if node.input.grid or not set(d) <= set(gb):  # (a gridded shuffle: the 3-D multiply pre-aggregates)
+    if node.input.grid or node.input.table or not set(d) <= set(gb):  # (a gridded shuffle: the 3-D multiply pre-aggregates)
         return
     inner = node.input.input
     if isinstance(inner, LocalAggregate) and inner.kernel == k:
