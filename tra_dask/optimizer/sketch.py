@@ -150,7 +150,7 @@ def make_sketch(outputs, sites: int, placements: dict | None, *, target: int | N
             if g is None:
                 return None
             grids[n] = g
-    if placements and any(isinstance(p, KeySites) for p in placements.values()):
+    if placements and any(isinstance(p, (KeySites, Assign)) for p in placements.values()):
         return None
     counts = [b for g in grids.values() for b in _blocks(*g)]
     counts += [n.key_fn.count for n in order if isinstance(n, Rekey) and isinstance(n.key_fn, InsertDim)]

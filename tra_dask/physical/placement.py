@@ -253,7 +253,11 @@ class Assign(Placement):
         return np.asarray(self.table, dtype=np.int64)[t.keys[:, self.dim]] if t.ntuples else np.zeros(0, np.int64)
 
     def __repr__(self):
-        return f"Assign({self.dim} by {''.join(map(str, self.table)) if self.nsites <= 10 else 'table'})"
+        if self.nsites <= 10 and len(self.table) <= 32:
+            return f"Assign({self.dim} by {''.join(map(str, self.table))})"
+        import hashlib
+
+        return f"Assign({self.dim} by table {hashlib.sha1(repr(self.table).encode()).hexdigest()[:8]})"
 
 
 def affinity_table(extent: int, nsites: int, held: list) -> tuple | None:
@@ -261,9 +265,10 @@ def affinity_table(extent: int, nsites: int, held: list) -> tuple | None:
     is: ``held`` is a list of (values, sites, elements) arrays — for each physical
     tuple of the relations to be partitioned, its value on the dim, its site and its
     elements.  Each value goes to the site holding most of its elements, no site
-    taking more than ⌈extent / nsites⌉ values (balance); ties and values held nowhere
-    go to the blocked grid's site (``⌊v·s/extent⌋``), so with no preference the table
-    is the blocked one.  Greedy, largest holdings first.  None when no tuple is held
+    taking more than ⌈extent / nsites⌉ values (balance: values, not elements);
+    among equal holdings the blocked grid's site (``⌊v·s/extent⌋``) first, then the
+    lower site; values held nowhere go to the blocked site while it has room, else the
+    least loaded.  So with no preference the table is the blocked one.  Greedy, largest holdings first.  None when no tuple is held
     (nothing to keep in place)."""
     weight = np.zeros((extent, nsites))
     for values, sites, elements in held:

@@ -279,17 +279,19 @@ def _held(rel: PNode, dim: int):
 @contraction_rule
 def affinity_mm(c: Contraction) -> Iterator[PNode]:
     """The 1-D multiplies partitioned where the operands already are: one dim of the
-    join's output key (i, k, j) — the left's free dim (BMM, broadcast right), the
-    contracted dim (CMM) or the right's free dim (BMM, broadcast left) — is dealt to
-    the sites by a table (:func:`~tra_dask.physical.affinity_table`) that sends each
-    value where most of the operands' chunks with that value already live, balanced,
-    instead of by blocks (:func:`rmm_grid`'s s×1×1, 1×s×1 and 1×1×s grids).  Over
-    inputs Dask placed (chunk by chunk, wherever it ran them) the blocked grid moves
-    about half of an operand; this moves only the chunks of a value that are split
-    across sites.  The operand the dim is not in is replicated as in the 3-D
-    multiply; a free source is made where the table puts it.  Offered when some
-    operand derives from chunks placed key by key (``KeySites``: inputs on the
-    cluster) and the table is not the blocked one."""
+    join's key (the left key, then the right's free dim) — the left's free dim (BMM,
+    broadcast right), the contracted dim (CMM) or the right's free dim (BMM,
+    broadcast left) — is dealt to the sites by a table
+    (:func:`~tra_dask.physical.affinity_table`) that sends each value where most of
+    the operands' chunks with that value already live, balanced, instead of by
+    blocks (:func:`rmm_grid`'s s×1×1, 1×s×1 and 1×1×s grids).  Over inputs Dask
+    placed (chunk by chunk, wherever it ran them) a blocked grid moves about
+    (s-1)/s of the partitioned operand; this moves the chunks of a value split
+    across sites, and whole values only where balance needs it.  The operand the dim
+    is not in is replicated as in the 3-D multiply (partitioned on the contracted
+    dim, the partial sums move as in CMM); a free source is made where the table
+    puts it.  Offered when some operand derives from chunks placed key by key
+    (``KeySites``: inputs on the cluster) and the table is not the blocked one."""
     from ...physical import Assign
 
     s = c.left.nsites
@@ -298,7 +300,8 @@ def affinity_mm(c: Contraction) -> Iterator[PNode]:
     lf, rf = 1 - c.a, 1 - c.b
     n_left_free, n_right_free = c.left.type.frontier[lf], c.right.type.frontier[rf]
     extents = [0, 0, n_right_free]
-    extents[lf], extents[c.a] = n_left_free, c.left.type.frontier[c.a]
+    # the contracted dim's values on either side (a filter pushed into one side can narrow its range)
+    extents[lf], extents[c.a] = n_left_free, max(c.left.type.frontier[c.a], c.right.type.frontier[c.b])
     dims3 = (0, 1, 2)
     for t in dims3:
         ldim = t if t < 2 else None
@@ -340,6 +343,13 @@ def place_free_source(node: PNode) -> Iterator[PNode]:
 DOMAIN_RULES = (bmm, cmm, rmm, rmm_grid, affinity_mm, place_free_source)
 
 
+def _role(join: PNode, dim: int) -> str:
+    """The role of key dim ``dim`` of a 1-D multiply's (l0, l1, r) join key."""
+    if dim == 2:
+        return "right operand's free dim"
+    return "contracted dim" if dim == join.left_on[0] else "left operand's free dim"
+
+
 def classify(node: PNode) -> str | None:
     """Name the strategy a plan node uses for a contraction: BMM (which side is
     broadcast), CMM or RMM; with ``data-parallel``/``model-parallel`` for a product
@@ -357,8 +367,9 @@ def classify(node: PNode) -> str | None:
     if all(isinstance(u, LocalMap) and getattr(u.op.key_fn, "multiplicity", 1) > 1 for u in under):
         if isinstance(sides[0], Shuffle) and sides[0].grid:
             return f"RMM (3-D, {'x'.join(map(str, sides[0].grid))} grid of sites)"
-        if isinstance(sides[0], Shuffle) and sides[0].table:
-            return f"1-D multiply on key dim {sides[0].dims[0]} of (i, k, j), partitioned where the data is"
+        table = next((x for x in sides if isinstance(x, Shuffle) and x.table), None)
+        if table is not None:  # (one side's shuffle may have been dropped: it moved nothing)
+            return f"1-D multiply partitioned on the {_role(inner, table.dims[0])} where the data is"
         return "RMM"
     if not getattr(node.kernel, "associative", False):
         return None
