@@ -52,6 +52,7 @@ import matmul
 import nearest_neighbor
 from _harness import machine_line, start_cluster, twins
 from _report import write_section
+from tra_dask.optimizer.time import plan_seconds
 from tra_dask.programs import ffnn_sgd_step, nearest_neighbor as nn_program, matmul as matmul_program
 
 
@@ -140,7 +141,8 @@ def _moved(client, t0, t1) -> int:
 
 
 def _run_tra(client, arrays, tra, names):
-    """One tra_dask run over persisted ``arrays``: plan (timed apart), submit, wait."""
+    """One tra_dask run over persisted ``arrays``: plan (timed apart), submit, wait;
+    the plan's predicted seconds on this cluster as ``td.calibrate`` measured it."""
     rel = [td.from_dask_array(x, client=client, name=nm) for x, nm in zip(arrays, names)]
     expr = tra(rel)
     p0 = time.perf_counter()
@@ -155,7 +157,8 @@ def _run_tra(client, arrays, tra, names):
     after = _digests(client)
     r = _breakdown(client, before, after, t0, t1)
     first = rf[0] if isinstance(rf, tuple) else rf
-    r.update(plan=planning, moved=first.transfers())
+    r.update(plan=planning, moved=first.transfers(), predicted_moved=plan.cost.bytes_moved,
+             predicted=plan_seconds(plan.cost, td.cluster_spec(client))[0])
     return r
 
 
@@ -220,6 +223,16 @@ def _commit() -> str:
 COLS = ("wall", "plan", "kernel", "serde", "network", "executor", "idle", "outside")
 
 
+def _error_line(errors) -> str:
+    """Predicted vs measured seconds of the tra_dask rows: the distribution."""
+    if not errors:
+        return ""
+    e = np.sort(np.asarray(errors) * 100)
+    within = int((np.abs(e) <= 30).sum())
+    return (f"Predicted / measured seconds - 1 over the {len(e)} tra_dask rows: min {e[0]:+.0f}%, median "
+            f"{np.median(e):+.0f}%, max {e[-1]:+.0f}%; {within} of {len(e)} within ±30%.")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--label", default="after")
@@ -236,28 +249,41 @@ def main(argv=None):
     client = start_cluster(args.sites)
     client.get_task_stream()  # starts the scheduler's task-stream plugin (it records from then on)
     seeds = itertools.count()
-    lines = ["| workload | system | " + " | ".join(f"{c} (s)" for c in COLS) + " | tasks | MiB moved | / numpy |",
-             "|---|---|" + "---:|" * (len(COLS) + 3)]
+    t0 = time.perf_counter()
+    spec = td.cluster_spec(client)  # calibrates this cluster once (cached): the predicted seconds below
+    print(f"calibrated in {time.perf_counter() - t0:.2f} s: {spec!r}", flush=True)
+    lines = ["| workload | system | " + " | ".join(f"{c} (s)" for c in COLS) + " | predicted (s) | tasks | MiB moved "
+             "| MiB predicted | / numpy | / dask.array |",
+             "|---|---|" + "---:|" * (len(COLS) + 6)]
+    errors = []
     try:
         for name, inputs, tra, natural, names in _workloads(args):
             t_np = _numpy(client, inputs, natural, seeds, args.repeat)
             best = _profile(client, inputs, tra, natural, names, seeds, args.repeat)
+            t_da = best["dask.array"]["wall"]
             for system, r in best.items():
                 cells = [f"{r[c]:.3f}" if c in r else "-" for c in COLS]
+                pred = f"{r['predicted']:.3f}" if "predicted" in r else "-"
+                pmib = f"{r['predicted_moved'] / 2**20:.1f}" if "predicted_moved" in r else "-"
                 line = (f"| {name} | {system} | " + " | ".join(cells)
-                        + f" | {r['tasks']} | {r['moved'] / 2**20:.1f} | {r['wall'] / t_np:.2f} |")
+                        + f" | {pred} | {r['tasks']} | {r['moved'] / 2**20:.1f} | {pmib} | {r['wall'] / t_np:.2f} "
+                          f"| {r['wall'] / t_da:.2f} |")
                 print(line, flush=True)
                 lines.append(line)
-            line = f"| {name} | numpy | {t_np:.3f} |" + " - |" * (len(COLS) - 1) + " - | - | 1.00 |"
+                if "predicted" in r:
+                    errors.append(r["predicted"] / r["wall"] - 1)
+            line = f"| {name} | numpy | {t_np:.3f} |" + " - |" * (len(COLS) - 1) + f" - | - | - | - | 1.00 | {t_np / t_da:.2f} |"
             print(line, flush=True)
             lines.append(line)
     finally:
         client.close()
+    print(_error_line(errors))
     if args.write:
         write_section(f"profile: {args.label}", [
             f"`python benchmarks/profile_plans.py --label {shlex.quote(args.label)} --repeat {args.repeat} --dtype {args.dtype}` at "
             f"tra_dask {_commit()} — {machine_line(args)}. Seconds per worker; the run with the least wall of "
-            f"{args.repeat} (categories: the script's doc).", "", *lines])
+            f"{args.repeat} (categories: the script's doc); predicted: the plan's seconds under the time model on "
+            f"this cluster as `td.calibrate` measured it ({spec!r}).", "", *lines, "", _error_line(errors)])
 
 
 if __name__ == "__main__":
