@@ -36,7 +36,7 @@ import numpy as np
 
 from ..types import RelationType, normalize_key
 
-__all__ = ["Placement", "All", "Part", "Grid", "KeySites", "Assign", "affinity_table", "as_placement"]
+__all__ = ["Placement", "All", "Part", "Grid", "KeySites", "Assign", "affinity_table", "blocked_table", "as_placement"]
 
 
 def _check_nsites(nsites) -> int:
@@ -260,6 +260,12 @@ class Assign(Placement):
         return f"Assign({self.dim} by table {hashlib.sha1(repr(self.table).encode()).hexdigest()[:8]})"
 
 
+def blocked_table(extent: int, nsites: int) -> tuple:
+    """The blocked value → site table of one key dim (a 1-D :class:`Grid` axis):
+    value v of ``extent`` on site ⌊v·s/extent⌋."""
+    return tuple(int(x) for x in (np.arange(extent) * nsites) // extent)
+
+
 def affinity_table(extent: int, nsites: int, held: list) -> tuple | None:
     """A value → site table for partitioning on one key dim that keeps data where it
     is: ``held`` is a list of (values, sites, elements) arrays — for each physical
@@ -268,14 +274,14 @@ def affinity_table(extent: int, nsites: int, held: list) -> tuple | None:
     taking more than ⌈extent / nsites⌉ values (balance: values, not elements);
     among equal holdings the blocked grid's site (``⌊v·s/extent⌋``) first, then the
     lower site; values held nowhere go to the blocked site while it has room, else the
-    least loaded.  So with no preference the table is the blocked one.  Greedy, largest holdings first.  None when no tuple is held
-    (nothing to keep in place)."""
+    least loaded.  So with no preference the table is the blocked one.  Greedy,
+    largest holdings first.  None when no tuple is held (nothing to keep in place)."""
     weight = np.zeros((extent, nsites))
     for values, sites, elements in held:
         np.add.at(weight, (np.asarray(values, np.int64), np.asarray(sites, np.int64)), np.asarray(elements, float))
     if not weight.any():
         return None
-    blocked = (np.arange(extent) * nsites) // extent
+    blocked = np.array(blocked_table(extent, nsites), np.int64)
     cap = -(-extent // nsites)
     table = np.full(extent, -1, np.int64)
     load = np.zeros(nsites, np.int64)

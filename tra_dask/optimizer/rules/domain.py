@@ -20,10 +20,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Iterator, NamedTuple
 
-import numpy as np
-
 from ...keys import insert_dim, project
-from ...physical import (Broadcast, KeyArrayMap, LocalAggregate, LocalJoin, LocalMap, PNode, Shuffle, affinity_table)
+from ...physical import (Broadcast, KeyArrayMap, LocalAggregate, LocalJoin, LocalMap, PNode, Shuffle, affinity_table,
+                         blocked_table)
 from ._util import attempt, broadcast, shuffle
 
 _MOVES = (Broadcast, Shuffle)
@@ -136,6 +135,18 @@ def cmm(c: Contraction) -> Iterator[PNode]:
             shuffle(LocalAggregate(join, c.group_by, c.agg), all_dims), all_dims, c.agg))
 
 
+def _replicated_join(c: Contraction, left: PNode, right: PNode, move) -> PNode:
+    """The 3-D multiply's join: the left replicated along the right's free dim
+    (``insert_dim(2, J)``), the right put in (contracted, free) key order and
+    replicated along the left's free dim (``insert_dim(lf, I)``), both moved by
+    ``move(x)`` (a shuffle), joined on all three dims of (l0, l1, r)."""
+    lf, rf = 1 - c.a, 1 - c.b
+    xs = LocalMap(left, KeyArrayMap(insert_dim(2, c.right.type.frontier[rf])))
+    r = right if c.b == 0 else LocalMap(right, KeyArrayMap(project(c.b, rf)))
+    ys = LocalMap(r, KeyArrayMap(insert_dim(lf, c.left.type.frontier[lf])))
+    return LocalJoin(move(xs), move(ys), (0, 1, 2), (0, 1, 2), c.kernel)
+
+
 @contraction_rule
 def rmm(c: Contraction) -> Iterator[PNode]:
     """Replication (3-D) matrix multiply, the paper's §5.2.2 plan: with the join's
@@ -143,15 +154,10 @@ def rmm(c: Contraction) -> Iterator[PNode]:
     left along r (``insert_dim(2, J)``), the right along the left's free dim
     (``insert_dim(lf, I)`` after putting its key in (contracted, free) order), shuffle
     both on the free dims, join on all three dims, aggregate locally."""
-    lf, rf = 1 - c.a, 1 - c.b
-    n_left_free, n_right_free = c.left.type.frontier[lf], c.right.type.frontier[rf]
-    free = (lf, 2)
+    free = (1 - c.a, 2)
 
     def build():
-        xs = LocalMap(c.left, KeyArrayMap(insert_dim(2, n_right_free)))
-        r = c.right if c.b == 0 else LocalMap(c.right, KeyArrayMap(project(c.b, rf)))
-        ys = LocalMap(r, KeyArrayMap(insert_dim(lf, n_left_free)))
-        join = LocalJoin(shuffle(xs, free), shuffle(ys, free), (0, 1, 2), (0, 1, 2), c.kernel)
+        join = _replicated_join(c, c.left, c.right, lambda x: shuffle(x, free))
         return LocalAggregate(join, c.group_by, c.agg)
 
     yield from attempt(build)
@@ -246,10 +252,7 @@ def rmm_grid(c: Contraction) -> Iterator[PNode]:
         def build(g=g, left_axes=left_axes, right_axes=right_axes):
             left = _placed(c.left, Grid(left_axes, g, s))
             right = _placed(c.right, Grid(right_axes, g, s))
-            xs = LocalMap(left, KeyArrayMap(insert_dim(2, n_right_free)))
-            r = right if c.b == 0 else LocalMap(right, KeyArrayMap(project(c.b, rf)))
-            ys = LocalMap(r, KeyArrayMap(insert_dim(lf, n_left_free)))
-            join = LocalJoin(shuffle(xs, dims3, g), shuffle(ys, dims3, g), dims3, dims3, c.kernel)
+            join = _replicated_join(c, left, right, lambda x: shuffle(x, dims3, g))
             if g[c.a] == 1:
                 return LocalAggregate(join, c.group_by, c.agg)
             pre = LocalAggregate(join, c.group_by, c.agg)
@@ -260,19 +263,20 @@ def rmm_grid(c: Contraction) -> Iterator[PNode]:
         yield from attempt(build)
 
 
-def _held(rel: PNode, dim: int):
-    """(values on ``dim``, sites, elements) of every physical tuple ``rel`` holds,
-    when they derive from chunks placed key by key (a ``KeySites`` source: data
-    already on the cluster); None otherwise (a free source is made wherever the plan
-    wants it, and a Part or Grid placement is one the other rules already follow)."""
+def _on_cluster(rel: PNode) -> bool:
+    """Whether ``rel`` derives from chunks placed key by key (a fixed ``KeySites``
+    source: data already on the cluster).  A free source is made wherever the plan
+    wants it, and a Part or Grid placement is one the other rules already follow."""
     from ...node import toposort
     from ...physical import KeySites, PSource
 
-    if not any(isinstance(n, PSource) and not n.free and isinstance(n.placement_, KeySites) for n in toposort([rel])):
-        return None
+    return not rel.layout.partial and any(
+        isinstance(n, PSource) and not n.free and isinstance(n.placement_, KeySites) for n in toposort([rel]))
+
+
+def _held(rel: PNode, dim: int):
+    """(values on ``dim``, sites, elements) of every physical tuple ``rel`` holds."""
     lay, t = rel.layout, rel.type
-    if lay.partial:
-        return None
     return t.keys[lay.rows, dim], lay.sites, t.chunk_sizes[lay.rows]
 
 
@@ -295,30 +299,25 @@ def affinity_mm(c: Contraction) -> Iterator[PNode]:
     from ...physical import Assign
 
     s = c.left.nsites
-    if s == 1:
+    held_on = {c.left: _on_cluster(c.left), c.right: _on_cluster(c.right)}
+    if s == 1 or not any(held_on.values()):
         return
     lf, rf = 1 - c.a, 1 - c.b
-    n_left_free, n_right_free = c.left.type.frontier[lf], c.right.type.frontier[rf]
-    extents = [0, 0, n_right_free]
+    extents = [0, 0, c.right.type.frontier[rf]]
     # the contracted dim's values on either side (a filter pushed into one side can narrow its range)
-    extents[lf], extents[c.a] = n_left_free, max(c.left.type.frontier[c.a], c.right.type.frontier[c.b])
-    dims3 = (0, 1, 2)
-    for t in dims3:
+    extents[lf], extents[c.a] = c.left.type.frontier[lf], max(c.left.type.frontier[c.a], c.right.type.frontier[c.b])
+    for t in (0, 1, 2):
         ldim = t if t < 2 else None
         rdim = c.b if t == c.a else (rf if t == 2 else None)
-        held = [h for rel, d in ((c.left, ldim), (c.right, rdim)) if d is not None
-                for h in [_held(rel, d)] if h is not None]
+        held = [_held(rel, d) for rel, d in ((c.left, ldim), (c.right, rdim)) if d is not None and held_on[rel]]
         table = affinity_table(extents[t], s, held) if held and extents[t] > 1 else None
-        if table is None or table == tuple((np.arange(extents[t]) * s // extents[t]).tolist()):
+        if table is None or table == blocked_table(extents[t], s):
             continue
 
         def build(t=t, ldim=ldim, rdim=rdim, table=table):
             left = c.left if ldim is None else _placed(c.left, Assign(ldim, table, s))
             right = c.right if rdim is None else _placed(c.right, Assign(rdim, table, s))
-            xs = LocalMap(left, KeyArrayMap(insert_dim(2, n_right_free)))
-            r = right if c.b == 0 else LocalMap(right, KeyArrayMap(project(c.b, rf)))
-            ys = LocalMap(r, KeyArrayMap(insert_dim(lf, n_left_free)))
-            join = LocalJoin(shuffle(xs, (t,), table=table), shuffle(ys, (t,), table=table), dims3, dims3, c.kernel)
+            join = _replicated_join(c, left, right, lambda x: shuffle(x, (t,), table=table))
             if t != c.a:
                 return LocalAggregate(join, c.group_by, c.agg)
             out_dims = tuple(range(len(c.group_by)))
