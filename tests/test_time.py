@@ -10,7 +10,7 @@ from distributed import Client, LocalCluster
 import tra_dask as td
 from tra_dask.optimizer.cost import plan_cost
 from tra_dask.optimizer.time import kernel_class, kernel_rate, plan_seconds
-from tra_dask.physical import Broadcast, Shuffle
+from tra_dask.physical import Broadcast, KeyArrayMap, LocalAggregate, LocalJoin, LocalMap, Shuffle
 from tra_dask.physical.work import plan_work
 from tra_dask.programs import ffnn_sgd_step, matmul, nearest_neighbor
 
@@ -32,7 +32,7 @@ def _programs():
 
 
 SPEC = td.ClusterSpec(3, memory_per_site=2e9, bandwidth=2e8, rates={"blas": 1e10, "elementwise": 5e8},
-                      task_overhead=2e-3, threads=2)
+                      task_overhead=2e-3, threads=2, fresh_bandwidth=1e9)
 
 
 def _by_hand(plan, spec):
@@ -53,6 +53,10 @@ def _by_hand(plan, spec):
             t = t + flops / (kernel_rate(n, spec) * spec.threads)
         if isinstance(n, (Broadcast, Shuffle)):
             t = t + np.maximum(recv[n], send[n]) * n.type.dtype.itemsize / spec.link_bandwidth
+        if isinstance(n, (LocalJoin, LocalAggregate)) or (isinstance(n, LocalMap) and isinstance(n.op, KeyArrayMap)):
+            w = work[n]  # each kernel task makes one new array: its first tuple's chunk
+            made = n.type.chunk_sizes[n.layout.rows[w.task_tuple]] * n.type.dtype.itemsize
+            t = t + np.bincount(w.task_site, weights=made, minlength=plan.sites) / spec.fresh_bandwidth
         finish[n] = float(t.max()) + max((finish[c] for c in n.children), default=0.0)
     return spec.submit_overhead + work.ntasks * spec.task_overhead + max(finish[o] for o in plan.outputs)
 
@@ -120,6 +124,7 @@ def test_cluster_spec_bad_input_and_a_file(tmp_path):
                     ({"task_overhead": float("inf")}, "task_overhead must be a positive, finite"),
                     ({"submit_overhead": 0}, "submit_overhead must be a positive"),
                     ({"blas_half_size": -1}, "blas_half_size must be a finite number >= 0"),
+                    ({"fresh_bandwidth": 0}, "fresh_bandwidth must be a positive"),
                     ({"rates": {"blas": 0}}, r"rates\['blas'\] must be a positive"),
                     ({"rates": {"gpu": 1e12}}, "unknown kernel class 'gpu'"),
                     ({"threads": 0}, "threads must be an int >= 1"),
@@ -133,6 +138,11 @@ def test_cluster_spec_bad_input_and_a_file(tmp_path):
     path = tmp_path / "spec.json"
     SPEC.save(path)
     assert td.ClusterSpec.load(path) == SPEC
+    # a file saved before a field existed loads with that field's default
+    d = json.loads(path.read_text())
+    del d["fresh_bandwidth"]
+    path.write_text(json.dumps(d))
+    assert td.ClusterSpec.load(path).fresh_bandwidth == td.ClusterSpec(3).fresh_bandwidth
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"sites": 2, "bandwith": 1e9}))
     with pytest.raises(ValueError, match=r"unknown ClusterSpec fields \['bandwith'\]"):
@@ -155,7 +165,8 @@ def test_calibrate_a_local_cluster(cluster):
     assert spec.sites == 2 and spec.threads == 1 and spec.hosts == (0, 0)
     assert spec.rates["blas"] > spec.rates["elementwise"] > 0  # a matrix product runs faster per flop
     assert 1e7 < spec.bandwidth < 1e12 and 0 < spec.task_overhead < 0.05 and 0 < spec.submit_overhead < 2
-    assert spec.blas_half_size >= 0
+    assert spec.blas_half_size >= 0 and 1e7 < spec.fresh_bandwidth < 1e12
+    assert "new arrays written at" in repr(spec)
     info = cluster.scheduler_info()["workers"]
     assert spec.memory_per_site == min(w["memory_limit"] for w in info.values())
     assert "calibrated on tcp://127.0.0.1:" in spec.source
@@ -167,6 +178,23 @@ def test_calibrate_a_local_cluster(cluster):
     rf = td.submit(e, client=cluster, objective="time")
     assert rf.plan.cost.seconds is not None and rf.transfers() == rf.plan.cost.bytes_moved
     np.testing.assert_allclose(rf.to_numpy(), td.to_numpy(e))
+
+
+def test_calibrated_rates_are_throughput_over_a_window():
+    """Workers sharing a core run some repetitions at full speed and some not at all:
+    the calibrated rate is the work over the whole window, not the fastest call."""
+    from tra_dask.calibration import _throughput
+
+    now = [0.0]
+    steps = iter([1.0, 9.0] * 10)  # calls alternately fast and slow (a core shared with another worker)
+
+    def call():
+        now[0] += next(steps)
+
+    rate = _throughput(call, 5.0, seconds=15.0, clock=lambda: now[0])
+    # after one untimed (fast) call: 9 + 1 + 9 = 19 time units cover 3 calls, 15 work
+    assert rate == pytest.approx(15.0 / 19.0)
+    assert rate < 5.0 / 1.0  # the fastest call's rate would be 5
 
 
 def test_calibrate_bad_input():

@@ -4,19 +4,28 @@ A few seconds of measurements on the cluster itself (runtime layer: it talks to
 ``distributed``):
 
 * **kernel rates** — every worker at once (so cores shared by several workers on one
-  host are shared as they will be when a plan runs) times a float64 matrix product
+  host are shared as they will be when a plan runs) runs a float64 matrix product
   at two sizes (``"blas"``: the peak and the size at half of it) and an elementwise
-  add (``"elementwise"``, elements/s); the median over workers;
+  add (``"elementwise"``, elements/s) for a window, and the throughput over the
+  window counts (work done / time taken); the median over workers;
+* **new memory** — the same way, the bytes/s at which a worker writes arrays into
+  memory it never held (kept until the window ends): a kernel's results are such
+  arrays.  On an ordinary machine this is the page-zeroing rate (several GB/s); on a
+  virtual machine whose host hands out memory lazily it is ~0.5 GB/s, slower than a
+  transfer (measured on the development VM: 0.45-1.1 GB/s; memory a worker freed a
+  moment ago is written at ~8 GB/s there, so plans that reuse memory run faster than
+  this predicts);
 * **bandwidth** — an array made on one worker, then read by a task pinned to another
   (seconds beyond an empty task's, per byte), within a host and, when the workers
   span hosts, between hosts;
 * **overheads** — two tra_dask plans on tiny chunks (so kernels and bytes are
   negligible) with few and with many tasks, submitted and waited for as a user does:
   the line through them gives the seconds per submission and per task;
-* **the matmul rate in a plan** — a 1024² multiply in 512² blocks on persisted inputs,
-  run as a plan: the rate at which the model predicts its wall time replaces the
-  kernel's solo peak when lower (kernels share the cores with the scheduler, the
-  client and fresh memory);
+* **the matmul rate in a plan** — a multiply in 1024² blocks on persisted inputs
+  with enough block products to keep every worker busy, planned for the time
+  objective and run (once untimed, then the best of three): the rate at which the
+  model predicts its wall time replaces the kernel's solo peak when lower (kernels
+  share the cores with the scheduler, the client and transfers);
 * **memory and threads** — the workers' own ``memory_limit`` and ``nthreads``.
 
 The runtime calibrates a cluster once and caches the spec per scheduler address
@@ -42,9 +51,13 @@ _CACHE: dict = {}
 _CACHE_LOCKS: dict = {}
 
 
-def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.15) -> dict:
-    """Run on a worker: the best rate of a few repetitions of each kernel class
-    (matmul at each of ``sizes``)."""
+def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.15,
+                  fresh_bytes: int = 2**27) -> dict:
+    """Run on a worker (all workers at once): the throughput of each kernel class
+    (matmul at each of ``sizes``) over a window of repetitions — work done / time
+    taken, not the best repetition's rate: where workers share cores (more workers
+    than cores on a host) a single repetition often has a core to itself, which a
+    plan keeping every worker busy does not get."""
     import time as _time
 
     import numpy as _np
@@ -53,19 +66,31 @@ def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.15
     x, y = rng.random(elems), rng.random(elems)
 
     def best(fn, work):
-        fn()
-        t_end, rates = _time.perf_counter() + seconds, []
-        while _time.perf_counter() < t_end or len(rates) < 2:
-            t0 = _time.perf_counter()
-            fn()
-            rates.append(work / max(_time.perf_counter() - t0, 1e-9))
-        return max(rates)
+        return _throughput(fn, work, seconds, _time.perf_counter)
 
     out = {"elementwise": best(lambda: _np.add(x, y), float(elems))}
+    kept = []  # arrays the worker never held (at most fresh_bytes in all), written for the first time
+    n = max(1, min(elems, fresh_bytes // 32))
+    out["fresh"] = _throughput(lambda: kept.append(_np.ones(n)), 8.0 * n, seconds, _time.perf_counter,
+                               max_reps=max(3, fresh_bytes // (8 * n) - 1))
+    del kept
     for n in sizes:
         a, b = rng.random((n, n)), rng.random((n, n))
         out[f"blas{n}"] = best(lambda a=a, b=b: a @ b, 2.0 * n ** 3)
     return out
+
+
+def _throughput(fn, work: float, seconds: float, clock=time.perf_counter, max_reps: int | None = None) -> float:
+    """``work`` per second of ``fn`` over a window of at least ``seconds`` and three
+    calls (at most ``max_reps``), after one untimed call: all the calls' work over all
+    their time (a slow call counts, as it does in a plan), not the fastest call's rate."""
+    fn()
+    t0 = clock()
+    reps = 0
+    while (clock() < t0 + seconds or reps < 3) and (max_reps is None or reps < max_reps):
+        fn()
+        reps += 1
+    return reps * work / max(clock() - t0, 1e-9)
 
 
 def _blas_fit(r_small: float, r_large: float, small: int = 64, large: int = 512) -> tuple[float, float]:
@@ -100,46 +125,67 @@ def _overheads(client, workers) -> tuple[float, float]:
     return max(t1 - per_task * n1, 1e-4), per_task
 
 
-def _in_situ_blas(client, workers, spec: ClusterSpec, n: int = 1024, chunk: int = 512) -> float:
-    """The matmul rate a plan actually gets: a multiply of ``n``² matrices in
-    ``chunk``² blocks on persisted inputs, submitted and waited for (best of three),
-    and the rate at which the time model predicts that wall time — the kernels of a
-    task compete with the scheduler, the client and fresh memory on the same cores,
-    which a kernel timed alone does not see.  Never above the measured peak."""
-    import dataclasses
+def _in_situ(client, workers, spec: ClusterSpec, build, shape: tuple, chunk: int, with_rate, lo: float,
+              hi: float) -> float:
+    """The value of one spec parameter at which the time model predicts what a plan
+    actually takes.  ``build(A, B)`` makes the plan's expression over two ``shape``
+    inputs in ``chunk``² blocks, persisted where Dask puts them; it is planned as the
+    model would (objective "time" on ``spec``: every worker busy), submitted and
+    waited for once untimed (a worker's first large allocations fault their pages in),
+    then the best of three; ``with_rate(v)`` is ``spec`` with the parameter ``v``,
+    bisected (geometrically) in ``[lo, hi]`` — the predicted time falls as it grows."""
+    import math
 
     import dask.array as da
     from distributed import futures_of
 
+    from .optimizer import optimize as _optimize
     from .optimizer.time import plan_seconds
-    from .programs import matmul
-    from .runtime import _wait_done, from_dask_array, plan_for, submit
+    from .runtime import _wait_done, from_dask_array, submit
+    from .runtime.resident import _cluster_placements, refresh_sources
 
     rng = da.random.default_rng(7)
-    a, b = (client.persist(rng.random((n, n), chunks=chunk)) for _ in range(2))
+    a, b = (client.persist(rng.random(shape, chunks=chunk)) for _ in range(2))
     _wait_done(futures_of([a, b]), client)  # distributed.wait would need a default client
-    expr = matmul(from_dask_array(a, client=client, name="A"), from_dask_array(b, client=client, name="B"))
+    expr = build(from_dask_array(a, client=client, name="A"), from_dask_array(b, client=client, name="B"))
     runs = []
-    for _ in range(3):  # planned each time: where the inputs are may change (Dask's memory manager)
-        plan = plan_for(expr, client, sites=workers, objective="bytes")
+    for i in range(4):  # planned each time: where the inputs are may change (Dask's memory manager)
+        expr = refresh_sources(expr, client)
+        plan = _optimize(expr, sites=len(workers), placements=_cluster_placements(expr, client, workers),
+                         objective="time", cluster=spec)
         t0 = time.perf_counter()
         submit(plan, client=client, sites=workers).wait()
-        runs.append((time.perf_counter() - t0, plan))
+        if i:
+            runs.append((time.perf_counter() - t0, plan))
     measured, plan = min(runs, key=lambda r: r[0])
 
-    def predicted(factor):
-        rates = dict(spec.rates, blas=spec.rates["blas"] * factor)
-        return plan_seconds(plan.cost, dataclasses.replace(spec, rates=rates))[0]
+    def predicted(v):
+        return plan_seconds(plan.cost, with_rate(v))[0]
 
-    if predicted(1.0) >= measured:
-        return spec.rates["blas"]
-    lo, hi = 0.02, 1.0  # predicted time falls as the rate grows: bisect the factor
+    if predicted(hi) >= measured:
+        return hi
     if predicted(lo) <= measured:
-        return spec.rates["blas"] * lo
+        return lo
     for _ in range(40):
-        mid = (lo + hi) / 2
+        mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if predicted(mid) > measured else (lo, mid)
-    return spec.rates["blas"] * lo
+    return lo
+
+
+def _in_situ_blas(client, workers, spec: ClusterSpec, chunk: int = 1024) -> float:
+    """The matmul rate a plan actually gets: a multiply in ``chunk``² blocks (enough
+    block products for every worker: ``p``³ >= workers with ``p`` >= 2 blocks a
+    side): the kernels of a task compete with the scheduler, the client and
+    transfers on the same cores, which a kernel timed alone does not see.  Never
+    above the measured peak."""
+    import math
+
+    from .programs import matmul
+
+    p = max(2, math.ceil(len(workers) ** (1 / 3) - 1e-9))
+    peak = spec.rates["blas"]
+    return _in_situ(client, workers, spec, matmul, (p * chunk, p * chunk), chunk,
+                    lambda v: dataclasses.replace(spec, rates=dict(spec.rates, blas=v)), 0.02 * peak, peak)
 
 
 def _make(nbytes):
@@ -181,8 +227,12 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
     if not workers:
         raise RuntimeError("calibrate: the cluster has no workers; start some (dask worker <scheduler>) first")
     # kernel rates, every worker at once
-    per_worker = client.run(_kernel_rates, workers=workers)
-    med = {k: statistics.median(r[k] for r in per_worker.values()) for k in ("elementwise", "blas64", "blas512")}
+    memory = [info[w].get("memory_limit") or 0 for w in workers]
+    memory = min([m for m in memory if m > 0], default=4e9)
+    # kept arrays: at most 1/8 of a worker's memory
+    per_worker = client.run(_kernel_rates, workers=workers, fresh_bytes=int(min(2**27, memory / 8)))
+    med = {k: statistics.median(r[k] for r in per_worker.values())
+           for k in ("elementwise", "blas64", "blas512", "fresh")}
     peak, half = _blas_fit(med["blas64"], med["blas512"])
     rates = {"blas": peak, "elementwise": med["elementwise"]}
     submit_overhead, task_overhead = _overheads(client, workers)
@@ -202,8 +252,6 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
             else:
                 remote = bw
     bandwidth = remote or local or 4.5e8
-    memory = [info[w].get("memory_limit") or 0 for w in workers]
-    memory = min([m for m in memory if m > 0], default=4e9)
     threads = min(int(info[w].get("nthreads") or 1) for w in workers)
     host_ids = {h: i for i, h in enumerate(dict.fromkeys(hosts))}
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
@@ -211,9 +259,10 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
         sites=len(workers), memory_per_site=float(memory), bandwidth=float(bandwidth),
         bandwidth_local=float(local or bandwidth), hosts=tuple(host_ids[h] for h in hosts), rates=rates,
         task_overhead=float(task_overhead), submit_overhead=float(submit_overhead), blas_half_size=float(half),
+        fresh_bandwidth=float(med["fresh"]),
         threads=threads, source="",
     )
-    blas = _in_situ_blas(client, workers, spec)
+    blas = _in_situ_blas(client, workers, spec, chunk=1024 if memory >= 2**30 else 512)
     took = time.perf_counter() - started
     return dataclasses.replace(spec, rates=dict(spec.rates, blas=blas), source=(
         f"calibrated on {client.scheduler.address} at {stamp} in {took:.1f} s (matmul peak alone "

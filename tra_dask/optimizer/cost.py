@@ -45,6 +45,7 @@ class NodeCost:
     tasks_per_site: np.ndarray | None = None  # ... on each site
     recv_per_site: np.ndarray | None = None   # floats arriving at each site (a move)
     send_per_site: np.ndarray | None = None   # floats leaving each site (a move)
+    made_per_site: np.ndarray | None = None   # bytes of the arrays its tasks make on each site
 
     @property
     def keys(self) -> int:
@@ -200,7 +201,7 @@ def node_cost(node: PNode, model: str = "exact", need: dict | None = None) -> No
     held = _bytes_per_site(node, need[node])
     peak = held + sum((_bytes_per_site(c, need[c]) for c in node.children), np.zeros(node.nsites, dtype=np.int64))
     floats = _floats_moved(node, model, need[node])
-    ntasks, per_site, recv, send = _tasks(node, need[node])
+    ntasks, per_site, recv, send, made = _tasks(node, need[node])
     if per_site is not None and ntasks:
         # a running task also holds copies in flight: a chunk arriving is a buffer before
         # it is an array, a kernel's result is a temporary before it is stored (measured:
@@ -208,15 +209,16 @@ def node_cost(node: PNode, model: str = "exact", need: dict | None = None) -> No
         largest = max(_largest_chunk(n) for n in (node, *node.children))
         peak = peak + (np.asarray(per_site) > 0) * (2 * largest)
     return NodeCost(node, floats, floats * node.type.dtype.itemsize, held, peak,
-                    _flops_per_site(node, need[node]), ntasks, per_site, recv, send)
+                    _flops_per_site(node, need[node]), ntasks, per_site, recv, send, made)
 
 
 def _tasks(node: PNode, need: np.ndarray) -> tuple:
     """Tasks the lowering makes for this node — :mod:`tra_dask.physical.work`'s
     derivation, which the lowering emits as is (one task per array the node creates;
     aliases, copies of one kernel call and one transfer share one) — in all and per
-    site, and for a move the floats each site receives and sends (the time model's
-    inputs)."""
+    site, for a move the floats each site receives and sends, and the bytes of the
+    arrays the tasks make on each site (one per task: its first tuple's chunk) — the
+    time model's inputs."""
     from ..physical.work import node_work
 
     w = node_work(node, need)
@@ -227,7 +229,16 @@ def _tasks(node: PNode, need: np.ndarray) -> tuple:
         f = w.task_floats.astype(np.float64)
         recv = np.bincount(w.task_site, weights=f, minlength=s)
         send = np.bincount(w.task_src, weights=f, minlength=s)
-    return w.ntasks, per_site, recv, send
+    made = np.bincount(w.task_site, weights=chunk_bytes(node, w.task_tuple), minlength=s)
+    return w.ntasks, per_site, recv, send, made
+
+
+def chunk_bytes(node: PNode, tuples: np.ndarray) -> np.ndarray:
+    """Bytes of the chunk of each of the node's physical ``tuples``."""
+    t = node.type
+    rows = node.layout.rows[tuples]
+    sizes = t.chunk_sizes[rows] if len(t.shapes) != 1 else np.full(len(rows), int(t.shape_sizes[0]))
+    return sizes.astype(np.float64) * t.dtype.itemsize
 
 
 _MEMO_PER_NODE = 64  # demand patterns remembered per node

@@ -6,6 +6,7 @@ and for a Broadcast/Shuffle the floats each site receives and sends; and the pla
 tasks.  Per node and site:
 
     seconds = flops / (rate of the kernel's class at its chunk size × threads)
+            + bytes of the new arrays its kernel tasks make / new-memory bandwidth
             + max(floats received, floats sent) × itemsize / link bandwidth
 
 A node takes as long as its busiest site (its sites work side by side; one that
@@ -28,6 +29,10 @@ Kernel classes: ``"blas"`` for kernels built on a matrix product (compute bound;
 rate falls on small chunks, see :class:`ClusterSpec`), ``"elementwise"`` for every
 other kernel (memory bound: its flop count is about one per element touched).  Rates
 are calibrated in float64 and scale by 8 / itemsize for narrower dtypes.
+A kernel task's result is a new array (one per task: ``physical.work``'s task list),
+written into memory for the first time: cheap on most machines, as slow as a
+transfer on a virtual machine whose host hands out memory lazily (the spec's
+``fresh_bandwidth``, which ``td.calibrate`` measures).
 Loading a ``from_function`` chunk and scattering a ``from_numpy`` chunk count as
 tasks only (the data is made or sent before a benchmark's clock starts).
 """
@@ -69,6 +74,8 @@ def node_seconds_per_site(nc, spec: ClusterSpec) -> np.ndarray:
     out = np.zeros(s)
     if nc.flops_per_site is not None and nc.flops_per_site.any():
         out += nc.flops_per_site / (kernel_rate(node, spec) * spec.threads)
+    if _kernel_of(node) is not None and nc.made_per_site is not None:
+        out += nc.made_per_site / spec.fresh_bandwidth  # a kernel's results: memory written the first time
     if isinstance(node, (Broadcast, Shuffle)) and nc.recv_per_site is not None:
         link = np.maximum(nc.recv_per_site, nc.send_per_site) * node.type.dtype.itemsize
         out += link / spec.link_bandwidth
