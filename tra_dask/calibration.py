@@ -149,12 +149,20 @@ def _in_situ(client, workers, spec: ClusterSpec, build, shape: tuple, chunk: int
     _wait_done(futures_of([a, b]), client)  # distributed.wait would need a default client
     expr = build(from_dask_array(a, client=client, name="A"), from_dask_array(b, client=client, name="B"))
     runs = []
-    for i in range(4):  # planned each time: where the inputs are may change (Dask's memory manager)
-        expr = refresh_sources(expr, client)
-        plan = _optimize(expr, sites=len(workers), placements=_cluster_placements(expr, client, workers),
-                         objective="time", cluster=spec)
-        t0 = time.perf_counter()
-        submit(plan, client=client, sites=workers).wait()
+    for i in range(4):
+        for attempt in range(5):  # planned each time: a chunk's copies come and go (the last run's fetches)
+            expr = refresh_sources(expr, client)
+            plan = _optimize(expr, sites=len(workers), placements=_cluster_placements(expr, client, workers),
+                             objective="time", cluster=spec)
+            t0 = time.perf_counter()
+            try:
+                run = submit(plan, client=client, sites=workers)
+                break
+            except ValueError as e:  # a copy planned on was released meanwhile: plan again
+                if "but it lives on" not in str(e) or attempt == 4:
+                    raise
+                time.sleep(0.05)
+        run.wait()
         if i:
             runs.append((time.perf_counter() - t0, plan))
     measured, plan = min(runs, key=lambda r: r[0])
