@@ -183,8 +183,7 @@ def _bytes_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
         idx = idx[_first_occurrences(lay.origin[idx])]  # a shared array is held once
     if len(t.shapes) == 1:  # one chunk size: count arrays per site
         return np.bincount(lay.sites[idx], minlength=lay.nsites) * (int(t.shape_sizes[0]) * t.dtype.itemsize)
-    w = t.chunk_sizes[lay.rows[idx]] * t.dtype.itemsize
-    return np.bincount(lay.sites[idx], weights=w, minlength=lay.nsites).astype(np.int64)
+    return np.bincount(lay.sites[idx], weights=chunk_bytes(node, idx), minlength=lay.nsites).astype(np.int64)
 
 
 def _largest_chunk(node: PNode) -> int:
@@ -235,10 +234,7 @@ def _tasks(node: PNode, need: np.ndarray) -> tuple:
 
 def chunk_bytes(node: PNode, tuples: np.ndarray) -> np.ndarray:
     """Bytes of the chunk of each of the node's physical ``tuples``."""
-    t = node.type
-    rows = node.layout.rows[tuples]
-    sizes = t.chunk_sizes[rows] if len(t.shapes) != 1 else np.full(len(rows), int(t.shape_sizes[0]))
-    return sizes.astype(np.float64) * t.dtype.itemsize
+    return node.type.chunk_sizes[node.layout.rows[tuples]] * float(node.type.dtype.itemsize)
 
 
 _MEMO_PER_NODE = 64  # demand patterns remembered per node
