@@ -17,10 +17,22 @@ import numpy as np
 import psutil
 from distributed import Client, Future, LocalCluster, futures_of, wait
 
-import tra_dask as td
+from distributed.system import MEMORY_LIMIT
 
-CONFIG = {"distributed.admin.low-level-log-length": 1_000_000,
-          "distributed.scheduler.active-memory-manager.start": False}  # as tra_dask's embedded cluster
+import tra_dask as td
+from tra_dask.runtime import worker_config
+
+
+def cluster_config(sites: int) -> dict:
+    """The workers' Dask config: tra_dask's embedded cluster's (its transfer log, no
+    Active Memory Manager, workers that reuse freed memory:
+    ``tra_dask.runtime.worker_config``), for both systems.  With
+    ``TRA_BENCH_DASK_MALLOC=1`` in the environment the workers keep Dask's own
+    malloc settings (for a before/after of that choice)."""
+    config = worker_config(MEMORY_LIMIT / sites)
+    if os.environ.get("TRA_BENCH_DASK_MALLOC") == "1":
+        config = {k: v for k, v in config.items() if k != "distributed.nanny.pre-spawn-environ"}
+    return config
 
 
 def parser(doc: str) -> argparse.ArgumentParser:
@@ -37,7 +49,7 @@ def parser(doc: str) -> argparse.ArgumentParser:
 
 def start_cluster(sites: int) -> Client:
     """A client whose ``close()`` also closes its LocalCluster."""
-    with dask.config.set(CONFIG):
+    with dask.config.set(cluster_config(sites)):
         cluster = LocalCluster(n_workers=sites, threads_per_worker=1, processes=True, host="127.0.0.1",
                                dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL)
         client = Client(cluster)
@@ -201,8 +213,15 @@ def machine_line(args) -> str:
             f"{psutil.virtual_memory().total / 2**30:.0f} GiB), python {platform.python_version()}, numpy "
             f"{np.__version__}, dask/distributed {dask.__version__}/{distributed.__version__}, torch "
             f"{getattr(torch, '__version__', 'not installed')}; LocalCluster({args.sites} workers x 1 thread, "
-            f"processes), inputs persisted on the workers before timing; OPENBLAS_CORETYPE="
+            f"processes, {_malloc()}), inputs persisted on the workers before timing; OPENBLAS_CORETYPE="
             f"{os.environ.get('OPENBLAS_CORETYPE', 'unset')}, BLAS {_blas()}")
+
+
+def _malloc() -> str:
+    env = cluster_config(1).get("distributed.nanny.pre-spawn-environ", {})
+    if "MALLOC_MMAP_THRESHOLD_" not in env:
+        return "Dask's malloc settings"
+    return "workers reuse freed memory as tra_dask's embedded cluster's do"
 
 
 def _blas() -> str:

@@ -1,5 +1,6 @@
 """The lowering and runtime on a real LocalCluster(processes=True, n_workers=3)."""
 
+import json
 import logging
 import os
 import signal
@@ -14,6 +15,7 @@ import tra_dask as td
 from tra_dask.keys import k0, k1
 from tra_dask.physical import LocalAggregate, LocalJoin, Part, PSource, Shuffle
 from tra_dask.programs import ffnn_forward, matmul, nearest_neighbor, random_uniform
+from tra_dask.runtime.cluster import _CONFIG, REUSE_CAP, worker_config
 
 CONFIG = {"distributed.admin.low-level-log-length": 1_000_000, "distributed.scheduler.no-workers-timeout": "5s",
           "distributed.scheduler.active-memory-manager.start": False}  # as the README asks for exact transfers
@@ -315,10 +317,33 @@ def test_embedded_cluster_exits_cleanly_and_shows_progress(tmp_path):
         "    out = td.compute(matmul(A, A), sites=2, progress=True)\n"
         "    assert np.allclose(td.to_numpy(matmul(A, A), out), 4.0)\n"
         "    rf = td.submit(matmul(A, A), sites=2)  # left running at exit\n"
+        "    import os\n"
+        "    from tra_dask.runtime import embedded_client\n"
+        "    c = embedded_client(3)  # a worker added later starts as the first ones did\n"
+        "    env = c.run(lambda: (os.environ.get('MALLOC_TRIM_THRESHOLD_'), os.environ.get('MALLOC_MMAP_THRESHOLD_'),\n"
+        "                         os.environ.get('OMP_NUM_THREADS')))\n"
+        "    limits = {w: i['memory_limit'] for w, i in c.scheduler_info()['workers'].items()}\n"
+        "    import json; print('ENV', json.dumps([sorted(env.values()), sorted(set(limits.values()))]))\n"
     )
     res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "ERROR" not in res.stderr and "Traceback" not in res.stderr
+    # the workers reuse the memory they freed (runtime.worker_config), Dask's other settings kept
+    line = next(x for x in res.stdout.splitlines() if x.startswith("ENV"))
+    envs, limits = json.loads(line[4:])
+    assert len(envs) == 3 and len(limits) == 1, line
+    keep = str(min(REUSE_CAP, int(limits[0]) // 16))
+    assert envs == [[keep, keep, "1"]] * 3, line
+
+
+def test_worker_config_bounds_the_memory_a_worker_keeps():
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": {"MALLOC_TRIM_THRESHOLD_": 65536, "X_KEPT": "1"}}):
+        small, big, tiny = worker_config(238 * 2**20), worker_config(64 * 2**30), worker_config(2**20)
+    env = "distributed.nanny.pre-spawn-environ"
+    assert small[env] == {"MALLOC_TRIM_THRESHOLD_": 238 * 2**16, "MALLOC_MMAP_THRESHOLD_": 238 * 2**16, "X_KEPT": "1"}
+    assert big[env]["MALLOC_TRIM_THRESHOLD_"] == big[env]["MALLOC_MMAP_THRESHOLD_"] == REUSE_CAP
+    assert tiny[env]["MALLOC_TRIM_THRESHOLD_"] == 2**16  # never below Dask's own setting
+    assert all(small[k] == v for k, v in _CONFIG.items())
 
 
 def test_data_dask_moved_after_planning_is_planned_for_where_it_is(client):

@@ -8,13 +8,15 @@ A few seconds of measurements on the cluster itself (runtime layer: it talks to
   at two sizes (``"blas"``: the peak and the size at half of it) and an elementwise
   add (``"elementwise"``, elements/s) for a window, and the throughput over the
   window counts (work done / time taken); the median over workers;
-* **new memory** — the same way, the bytes/s at which a worker writes arrays into
-  memory it never held (kept until the window ends): a kernel's results are such
-  arrays.  On an ordinary machine this is the page-zeroing rate (several GB/s); on a
-  virtual machine whose host hands out memory lazily it is ~0.5 GB/s, slower than a
-  transfer (measured on the development VM: 0.45-1.1 GB/s; memory a worker freed a
-  moment ago is written at ~8 GB/s there, so plans that reuse memory run faster than
-  this predicts);
+* **new memory** — the same way, the bytes/s at which a worker writes new arrays
+  as a plan's kernels make them: rounds of eight arrays of up to 16 MiB, kept
+  together, then freed (a kernel's results live until their readers ran).  It is
+  the worker's allocator that decides: one that keeps freed memory (the embedded
+  cluster's workers, :func:`tra_dask.runtime.worker_config`) writes into memory it
+  touched before (21-26 GB/s on the development VM); Dask's default settings
+  return every freed array to the OS, so each new one faults its pages in again
+  (3.5-8 GB/s there, and 0.5-3 GB/s when the VM's host has not backed the pages
+  yet).  Memory a worker never touched before is not modelled;
 * **bandwidth** — an array made on one worker, then read by a task pinned to another
   (seconds beyond an empty task's, per byte), within a host and, when the workers
   span hosts, between hosts;
@@ -64,11 +66,17 @@ def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.15
     x, y = rng.random(elems), rng.random(elems)
 
     out = {"elementwise": _throughput(lambda: _np.add(x, y), float(elems), seconds)}
-    kept = []  # arrays the worker never held (at most fresh_bytes in all), written for the first time
-    m = max(1, min(elems, fresh_bytes // 32))
-    out["fresh"] = _throughput(lambda: kept.append(_np.ones(m)), 8.0 * m, seconds,
-                               max_reps=max(3, fresh_bytes // (8 * m) - 1))
-    del kept
+    # new arrays as a plan makes them: a round of arrays kept until their readers ran,
+    # then freed, the next round written where the worker's allocator puts it (after
+    # the untimed first round: memory the worker already touched, if it keeps freed
+    # memory; fresh pages each time if it returns it to the OS, as Dask's defaults do)
+    m = max(1, min(2 * elems, fresh_bytes // 64))
+
+    def one_round():
+        kept = [_np.ones(m) for _ in range(8)]
+        return len(kept)
+
+    out["fresh"] = _throughput(one_round, 64.0 * m, seconds)
     for n in sizes:
         a, b = rng.random((n, n)), rng.random((n, n))
         out[f"blas{n}"] = _throughput(lambda a=a, b=b: a @ b, 2.0 * n ** 3, seconds)

@@ -48,8 +48,9 @@ class ClusterSpec:
     ``bandwidth``).  ``hosts``: the host of each site (default: all on one host).
     ``rates``: kernel class -> peak rate per thread; ``blas_half_size``: the
     product size n (of n×n×n) at which a matmul runs at half its peak.
-    ``fresh_bandwidth``: bytes/s at which a kernel's results are written into memory
-    the worker did not hold (page faults; the default is an ordinary machine's).
+    ``fresh_bandwidth``: bytes/s at which a kernel's results are written as new
+    arrays (into memory the worker freed before, or fresh pages if its allocator
+    returns freed memory to the OS; the default is an ordinary machine's).
     ``task_overhead``: seconds per task of a plan, ``submit_overhead``: seconds per
     submission.  ``threads``: per worker.  ``source``: where the numbers come from."""
 

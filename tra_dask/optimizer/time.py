@@ -30,9 +30,9 @@ rate falls on small chunks, see :class:`ClusterSpec`), ``"elementwise"`` for eve
 other kernel (memory bound: its flop count is about one per element touched).  Rates
 are calibrated in float64 and scale by 8 / itemsize for narrower dtypes.
 A kernel task's result is a new array (one per task: ``physical.work``'s task list),
-written into memory for the first time: cheap on most machines, as slow as a
-transfer on a virtual machine whose host hands out memory lazily (the spec's
-``fresh_bandwidth``, which ``td.calibrate`` measures).
+written at the spec's ``fresh_bandwidth`` (``td.calibrate`` measures it: fast where
+the worker reuses memory it freed, as slow as a transfer where every new array
+faults its pages in on a virtual machine whose host hands out memory lazily).
 Loading a ``from_function`` chunk and scattering a ``from_numpy`` chunk count as
 tasks only (the data is made or sent before a benchmark's clock starts).
 """
@@ -75,7 +75,7 @@ def node_seconds_per_site(nc, spec: ClusterSpec) -> np.ndarray:
     if nc.flops_per_site is not None and nc.flops_per_site.any():
         out += nc.flops_per_site / (kernel_rate(node, spec) * spec.threads)
     if _kernel_of(node) is not None and nc.made_per_site is not None:
-        out += nc.made_per_site / spec.fresh_bandwidth  # a kernel's results: memory written the first time
+        out += nc.made_per_site / spec.fresh_bandwidth  # a kernel's results: new arrays
     if isinstance(node, (Broadcast, Shuffle)) and nc.recv_per_site is not None:
         link = np.maximum(nc.recv_per_site, nc.send_per_site) * node.type.dtype.itemsize
         out += link / spec.link_bandwidth
