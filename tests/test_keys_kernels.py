@@ -212,3 +212,28 @@ def test_cupy_chunks_stay_cupy():
     assert all(type(a).__module__.startswith("cupy") for a in out.values())
     assert math.isclose(float(td.to_numpy(td.aggregate(td.join(R, R, (1,), (0,), "matmul"), (0, 2), "add")).sum()),
                         float((x @ x).sum()))
+
+
+def test_row_sum_of_a_product_runs_in_one_pass_and_equals_the_two_kernels():
+    """compose(row_sum, mul) — what R1-7 makes of the nearest-neighbour distance —
+    is one einsum over float chunks of one shape, the two kernels otherwise; a user
+    kernel that only shares the name "mul" is not taken for it."""
+    from tra_dask.kernels import Kernel, _row_sum_of_mul, compose
+
+    rs, mul = get_kernel("row_sum"), get_kernel("mul")
+    k = compose(rs, mul)
+    assert k.fn is _row_sum_of_mul and k.name == "row_sum∘mul"
+    rng = np.random.default_rng(0)
+    for dt, shapes in [("f8", ((7, 5), (7, 5))), ("f4", ((7, 5), (7, 5))), ("f8", ((7, 5), (1, 5))),
+                       ("i4", ((7, 5), (7, 5))), ("f2", ((3, 4), (3, 4)))]:
+        a, b = (rng.integers(-9, 9, s).astype(dt) for s in shapes)
+        want = rs(mul(a, b))
+        got = k(a, b)
+        assert got.dtype == want.dtype and got.shape == want.shape == k.out_type(
+            ArrayType(a.shape, a.dtype), ArrayType(b.shape, b.dtype)).shape
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    a, b = rng.random((7, 5)), rng.random((7, 5))
+    np.testing.assert_allclose(k(a[:, ::-1], b.T.copy().T), (a[:, ::-1] * b).sum(1, keepdims=True))
+    assert k.flops((7, 5), (7, 5)) == mul.flops((7, 5), (7, 5))  # one pass over the elements
+    fake = Kernel("mul", lambda x, y: x - y, 2, "same")
+    np.testing.assert_allclose(compose(rs, fake)(a, b), (a - b).sum(1, keepdims=True))

