@@ -110,7 +110,8 @@ def compare(client, p, args, dtype):
                 flagged[label] += busy
         # a hand grid whose plan is the auto plan (same chunking, same plan) measures the
         # same thing: pool their runs, so the ratio compares plans, not noise
-        text = {k: "\n".join(p.explain().splitlines()[5:]) for k, (p, _) in plans.items()}
+        text = {k: "\n".join(x for x in p.explain().splitlines()  # all but how the chunking was found
+                             if not x.lstrip().startswith(("chunking:", "search:"))) for k, (p, _) in plans.items()}
         for k in plans:
             if k != "auto" and text[k] == text["auto"]:
                 walls["auto"] = walls[k] = walls["auto"] + walls[k]

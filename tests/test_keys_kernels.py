@@ -237,3 +237,25 @@ def test_row_sum_of_a_product_runs_in_one_pass_and_equals_the_two_kernels():
     assert k.flops((7, 5), (7, 5)) == mul.flops((7, 5), (7, 5))  # one pass over the elements
     fake = Kernel("mul", lambda x, y: x - y, 2, "same")
     np.testing.assert_allclose(compose(rs, fake)(a, b), (a - b).sum(1, keepdims=True))
+
+
+def test_a_sum_over_axes_of_a_product_runs_in_one_pass():
+    """The front-end's reduce_sum∘mul (nearest neighbour written with arrays) is one
+    einsum over float chunks of one shape, for any axes; other reductions, dtypes and
+    broadcasting chunks run the two kernels — all equal numpy."""
+    from tra_dask.frontend.chunk_ops import _sum_of_mul, reduce_kernel
+    from tra_dask.kernels import compose
+
+    rng = np.random.default_rng(1)
+    mul = get_kernel("mul")
+    for op, axes, shapes, dt in [("sum", (1,), ((6, 4), (6, 4)), "f8"), ("sum", (0,), ((6, 4), (6, 4)), "f4"),
+                                 ("sum", (0, 1), ((6, 4), (6, 4)), "f8"), ("sum", (0, 2), ((3, 4, 5), (3, 4, 5)), "f8"),
+                                 ("sum", (1,), ((6, 4), (1, 4)), "f8"), ("sum", (1,), ((6, 4), (6, 4)), "i4"),
+                                 ("max", (1,), ((6, 4), (6, 4)), "f8")]:
+        k = compose(reduce_kernel(op, axes), mul)
+        assert k.fn is _sum_of_mul and k.name == f"reduce_{op}∘mul"
+        a, b = (rng.integers(-9, 9, s).astype(dt) for s in shapes)
+        want = np.asarray(getattr(np, op)(a * b, axis=axes))
+        got = k(a, b)
+        assert got.dtype == want.dtype and got.shape == want.shape, (op, axes, dt)
+        np.testing.assert_allclose(got, want, rtol=1e-6)

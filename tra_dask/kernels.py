@@ -662,7 +662,7 @@ def compose(outer: Kernel, inner: Kernel) -> Kernel:
         mid = inner.out_type(*(ArrayType(tuple(s), np.dtype("f8")) for s in shapes)).shape
         return inner.flops(*shapes) + outer.flops(mid)
 
-    one_pass = _ONE_PASS.get((outer.fn, inner.fn)) if not (outer.params or inner.params) else None
+    one_pass = _ONE_PASS.get((outer.fn, inner.fn)) if not inner.params else None
     if one_pass is not None:  # read the inputs once, no intermediate array: one elementwise pass
         def flops(*shapes):  # noqa: F811
             return inner.flops(*shapes)
@@ -672,8 +672,11 @@ def compose(outer: Kernel, inner: Kernel) -> Kernel:
         facts = dict(distributes_over=outer.distributes_over & inner.distributes_over,
                      elementwise=outer.elementwise and inner.elementwise,
                      opaque=outer.opaque or inner.opaque)
-    return Kernel(f"{outer.name}∘{inner.name}", one_pass or _After(outer, inner), inner.arity, shape=None,
-                  flops=flops, probe=infer, **facts)
+    if one_pass is not None:
+        return Kernel(f"{outer.name}∘{inner.name}", one_pass, inner.arity, shape=None, flops=flops,
+                      probe=infer, params=outer.params, **facts)
+    return Kernel(f"{outer.name}∘{inner.name}", _After(outer, inner), inner.arity, shape=None, flops=flops,
+                  probe=infer, **facts)
 
 
 def _row_sum_of_mul(a, b):
@@ -688,9 +691,19 @@ def _row_sum_of_mul(a, b):
     return _row_sum(_mul(a, b))
 
 
-# compositions (outer fn, inner fn) -> a kernel that computes them in one pass; by
-# function identity, so a user kernel under a registered name never matches
-_ONE_PASS = {(_row_sum, _mul): _row_sum_of_mul}
+# compositions (outer fn, inner fn) -> fn(*chunks, *outer params) that computes them in
+# one pass; by function identity, so a user kernel under a registered name never matches
+_ONE_PASS: dict = {}
+
+
+def one_pass(outer_fn: Callable, inner_fn: Callable, fn: Callable) -> None:
+    """Declare ``fn(*chunks, *outer_params)`` equal (up to rounding) to
+    ``outer_fn(inner_fn(*chunks), *outer_params)`` for a parameterless inner kernel:
+    :func:`compose` then runs ``fn`` instead of the two."""
+    _ONE_PASS[(outer_fn, inner_fn)] = fn
+
+
+one_pass(_row_sum, _mul, _row_sum_of_mul)
 
 
 def premap(binary: Kernel, pre: Kernel) -> Kernel:
