@@ -658,25 +658,21 @@ def compose(outer: Kernel, inner: Kernel) -> Kernel:
         t = outer.out_type(t)
         return t.shape, t.dtype
 
+    one_pass = _ONE_PASS.get((outer.fn, inner.fn)) if not inner.params else None
+
     def flops(*shapes):  # the outer kernel runs on the inner kernel's output, not the final shape
+        if one_pass is not None:  # read the inputs once, no intermediate array: one pass
+            return inner.flops(*shapes)
         mid = inner.out_type(*(ArrayType(tuple(s), np.dtype("f8")) for s in shapes)).shape
         return inner.flops(*shapes) + outer.flops(mid)
-
-    one_pass = _ONE_PASS.get((outer.fn, inner.fn)) if not inner.params else None
-    if one_pass is not None:  # read the inputs once, no intermediate array: one elementwise pass
-        def flops(*shapes):  # noqa: F811
-            return inner.flops(*shapes)
 
     facts = {}
     if outer.arity == inner.arity == 1:  # a chain of unary kernels keeps the laws both declare
         facts = dict(distributes_over=outer.distributes_over & inner.distributes_over,
                      elementwise=outer.elementwise and inner.elementwise,
                      opaque=outer.opaque or inner.opaque)
-    if one_pass is not None:
-        return Kernel(f"{outer.name}∘{inner.name}", one_pass, inner.arity, shape=None, flops=flops,
-                      probe=infer, params=outer.params, **facts)
-    return Kernel(f"{outer.name}∘{inner.name}", _After(outer, inner), inner.arity, shape=None, flops=flops,
-                  probe=infer, **facts)
+    return Kernel(f"{outer.name}∘{inner.name}", one_pass or _After(outer, inner), inner.arity, shape=None,
+                  flops=flops, probe=infer, params=outer.params if one_pass else (), **facts)
 
 
 def _row_sum_of_mul(a, b):
