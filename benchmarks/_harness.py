@@ -20,7 +20,7 @@ from distributed import Client, Future, LocalCluster, futures_of, wait
 from distributed.system import MEMORY_LIMIT
 
 import tra_dask as td
-from tra_dask.runtime import worker_config
+from tra_dask.runtime import spawn_config, worker_config
 
 
 def cluster_config(sites: int) -> dict:
@@ -49,7 +49,7 @@ def parser(doc: str) -> argparse.ArgumentParser:
 
 def start_cluster(sites: int) -> Client:
     """A client whose ``close()`` also closes its LocalCluster."""
-    with dask.config.set(cluster_config(sites)):
+    with spawn_config(cluster_config(sites)):
         cluster = LocalCluster(n_workers=sites, threads_per_worker=1, processes=True, host="127.0.0.1",
                                dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL)
         client = Client(cluster)

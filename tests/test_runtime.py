@@ -15,7 +15,7 @@ import tra_dask as td
 from tra_dask.keys import k0, k1
 from tra_dask.physical import LocalAggregate, LocalJoin, Part, PSource, Shuffle
 from tra_dask.programs import ffnn_forward, matmul, nearest_neighbor, random_uniform
-from tra_dask.runtime.cluster import _CONFIG, REUSE_CAP, worker_config
+from tra_dask.runtime.cluster import _CONFIG, REUSE_CAP, spawn_config, worker_config
 
 CONFIG = {"distributed.admin.low-level-log-length": 1_000_000, "distributed.scheduler.no-workers-timeout": "5s",
           "distributed.scheduler.active-memory-manager.start": False}  # as the README asks for exact transfers
@@ -344,6 +344,23 @@ def test_worker_config_bounds_the_memory_a_worker_keeps():
     assert big[env]["MALLOC_TRIM_THRESHOLD_"] == big[env]["MALLOC_MMAP_THRESHOLD_"] == REUSE_CAP
     assert tiny[env]["MALLOC_TRIM_THRESHOLD_"] == 2**16  # never below Dask's own setting
     assert all(small[k] == v for k, v in _CONFIG.items())
+
+
+def test_spawn_config_wins_over_what_an_earlier_dask_cluster_left_in_os_environ(monkeypatch):
+    """Every Nanny writes Dask's pre-spawn variables into its parent's os.environ, and a
+    Nanny lets os.environ override the config: spawn_config puts the embedded cluster's
+    malloc settings there while workers start, keeps a user's own value, restores both."""
+    config = worker_config(16 * 2**30)
+    keep = str(config["distributed.nanny.pre-spawn-environ"]["MALLOC_TRIM_THRESHOLD_"])
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")  # what a Dask cluster with its defaults leaves
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    with spawn_config(config):
+        assert os.environ["MALLOC_TRIM_THRESHOLD_"] == os.environ["MALLOC_MMAP_THRESHOLD_"] == keep
+        assert dask.config.get("distributed.scheduler.active-memory-manager.start") is False
+    assert os.environ["MALLOC_TRIM_THRESHOLD_"] == "65536" and "MALLOC_MMAP_THRESHOLD_" not in os.environ
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "123456")  # the user's own choice
+    with spawn_config(config):
+        assert os.environ["MALLOC_TRIM_THRESHOLD_"] == "123456" and os.environ["MALLOC_MMAP_THRESHOLD_"] == keep
 
 
 def test_data_dask_moved_after_planning_is_planned_for_where_it_is(client):

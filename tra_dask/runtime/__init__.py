@@ -9,7 +9,7 @@ worker process per site; the dashboard on 127.0.0.1 only) and closed at exit.
 
 from __future__ import annotations
 
-from .cluster import _CONFIG, _check_client, _resolve, _wait_done, _who_has, embedded_client, worker_config, workers_info  # noqa: F401
+from .cluster import _CONFIG, _check_client, _resolve, _wait_done, _who_has, embedded_client, spawn_config, worker_config, workers_info  # noqa: F401
 from .futures import ArrayFutures, RelationFutures
 from .resident import drop_scattered, from_dask_array
 from .submit import compute, plan_for, submit

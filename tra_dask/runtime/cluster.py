@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import atexit
+import contextlib
 import logging
 import os
 import sys
@@ -53,6 +54,40 @@ def worker_config(memory_limit: float) -> dict:
            "MALLOC_MMAP_THRESHOLD_": keep, "MALLOC_TRIM_THRESHOLD_": keep}
     return {**_CONFIG, "distributed.nanny.pre-spawn-environ": env}
 
+
+
+_MALLOC = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+
+
+@contextlib.contextmanager
+def spawn_config(config: dict):
+    """``dask.config.set(config)`` while workers start, with the malloc variables of
+    its pre-spawn environment also in ``os.environ``.  Why: a Nanny lets
+    ``os.environ`` override the config for the variables Dask's own config names, and
+    every Nanny writes its pre-spawn variables into its parent's ``os.environ`` — so
+    once any cluster with Dask's settings started in this process,
+    ``MALLOC_TRIM_THRESHOLD_=65536`` would win over :func:`worker_config`.  A value
+    in ``os.environ`` that is not Dask's own (the user's) is kept; the previous values
+    are put back afterwards."""
+    dask_own = dask.config.get("distributed.nanny.pre-spawn-environ", {})
+    ours = config.get("distributed.nanny.pre-spawn-environ", {})
+    saved = {}
+    for k in _MALLOC:
+        have = os.environ.get(k)
+        if k in ours and (have is None or have == str(dask_own.get(k))):
+            saved[k] = have
+            os.environ[k] = str(ours[k])
+    try:
+        with dask.config.set(config):
+            yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 # ---------------------------------------------------------------------------
 # the embedded cluster
 
@@ -98,7 +133,7 @@ def embedded_client(n_workers: int | None = None, *, security=None) -> Client:
         sec = Security.temporary() if security is True else (security or None)
         n = n_workers or os.cpu_count() or 2
         config = worker_config(MEMORY_LIMIT / n)  # LocalCluster's "auto" memory limit per worker
-        with dask.config.set(config):
+        with spawn_config(config):
             cluster = LocalCluster(
                 n_workers=n, threads_per_worker=1, processes=True,
                 host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
@@ -124,7 +159,7 @@ def _check_security(security) -> None:
 def _scale_embedded(n: int) -> None:
     """Add workers to the embedded cluster until it has ``n`` (under ``_LOCK``)."""
     cluster, client = _EMBEDDED["cluster"], _EMBEDDED["client"]
-    with dask.config.set(_EMBEDDED["config"]):  # the new workers' settings, as at the start
+    with spawn_config(_EMBEDDED["config"]):  # the new workers' settings, as at the start
         if len(cluster.worker_spec) < n:
             cluster.scale(n)
         try:
