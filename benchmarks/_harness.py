@@ -218,8 +218,7 @@ def machine_line(args) -> str:
 
 
 def _malloc() -> str:
-    env = cluster_config(1).get("distributed.nanny.pre-spawn-environ", {})
-    if "MALLOC_MMAP_THRESHOLD_" not in env:
+    if os.environ.get("TRA_BENCH_DASK_MALLOC") == "1":
         return "Dask's malloc settings"
     return "workers reuse freed memory as tra_dask's embedded cluster's do"
 

@@ -83,14 +83,14 @@ def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.15
     return out
 
 
-def _throughput(fn, work: float, seconds: float, clock=time.perf_counter, max_reps: int | None = None) -> float:
+def _throughput(fn, work: float, seconds: float, clock=time.perf_counter) -> float:
     """``work`` per second of ``fn`` over a window of at least ``seconds`` and three
-    calls (at most ``max_reps``), after one untimed call: all the calls' work over all
-    their time (a slow call counts, as it does in a plan), not the fastest call's rate."""
+    calls, after one untimed call: all the calls' work over all their time (a slow
+    call counts, as it does in a plan), not the fastest call's rate."""
     fn()
     t0 = clock()
     reps = 0
-    while (clock() < t0 + seconds or reps < 3) and (max_reps is None or reps < max_reps):
+    while clock() < t0 + seconds or reps < 3:
         fn()
         reps += 1
     return reps * work / max(clock() - t0, 1e-9)

@@ -675,16 +675,26 @@ def compose(outer: Kernel, inner: Kernel) -> Kernel:
                   flops=flops, probe=infer, params=outer.params if one_pass else (), **facts)
 
 
-def _row_sum_of_mul(a, b):
-    """``row_sum(mul(a, b))`` in one pass: ``einsum`` reads ``a`` and ``b`` once and
-    writes only the row sums, where the two kernels write the whole product and
-    read it back (45 MB float64 chunks: 2.7 ms against 20.8 ms here; float32 2.6
-    against 6.8).  Equal up to rounding (einsum adds in another order than
-    ``sum``'s pairwise sum).  Chunks that broadcast, other dtypes: the two kernels."""
-    if (getattr(a, "ndim", 0) == 2 and a.shape == b.shape and a.dtype == b.dtype
+def sum_of_product(a, b, axes: tuple):
+    """``(a * b).sum(axis=axes)`` in one pass, or None where it does not apply: one
+    ``einsum`` reads ``a`` and ``b`` once and writes only the sums, where a product
+    kernel and a sum kernel write the whole product and read it back (45 MB float64
+    chunks: 2.7 ms against 20.8 ms here; float32 2.6 against 6.8).  Equal up to
+    rounding (einsum adds in another order than ``sum``'s pairwise sum).  Only float32
+    and float64 chunks of one shape (no broadcasting, no integer promotion)."""
+    if not (axes and 0 < getattr(a, "ndim", 0) <= 26 and a.shape == b.shape and a.dtype == b.dtype
             and a.dtype in (np.float32, np.float64)):
-        return array_module(a, b).einsum("ij,ij->i", a, b)[:, None]
-    return _row_sum(_mul(a, b))
+        return None
+    dims = "abcdefghijklmnopqrstuvwxyz"[:a.ndim]
+    kept = "".join(c for i, c in enumerate(dims) if i not in axes)
+    xp = array_module(a, b)
+    return xp.asarray(xp.einsum(f"{dims},{dims}->{kept}", a, b))
+
+
+def _row_sum_of_mul(a, b):
+    """``row_sum(mul(a, b))`` in one pass (:func:`sum_of_product`), else the two kernels."""
+    r = sum_of_product(a, b, (1,)) if getattr(a, "ndim", 0) == 2 else None
+    return _row_sum(_mul(a, b)) if r is None else r[:, None]
 
 
 # compositions (outer fn, inner fn) -> fn(*chunks, *outer params) that computes them in

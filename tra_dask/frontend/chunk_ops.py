@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..kernels import Kernel, KernelTypeError, _mul, array_module, get_kernel, one_pass
+from ..kernels import Kernel, KernelTypeError, _mul, array_module, get_kernel, one_pass, sum_of_product
 
 __all__ = [
     "einsum_kernel", "squeeze_kernel", "expand_kernel", "permute_kernel", "broadcast_kernel",
@@ -234,15 +234,10 @@ def _reduce(x, op, axes):
 
 
 def _sum_of_mul(a, b, op, axes):
-    """``reduce_sum(mul(a, b))`` in one ``einsum`` (the front-end's nearest-neighbour
-    distance after R1-7): no product array written and read back.  Float chunks of
-    one shape; otherwise the two kernels."""
-    if (op == "sum" and axes and getattr(a, "ndim", 0) <= 26 and a.shape == b.shape and a.dtype == b.dtype
-            and a.dtype in (np.float32, np.float64)):
-        xp = array_module(a, b)
-        s = "abcdefghijklmnopqrstuvwxyz"[:a.ndim]
-        return xp.asarray(xp.einsum(f"{s},{s}->{''.join(c for i, c in enumerate(s) if i not in axes)}", a, b))
-    return _reduce(_mul(a, b), op, axes)
+    """``reduce_sum(mul(a, b))`` (the front-end's nearest-neighbour distance after
+    R1-7) in one pass (:func:`~tra_dask.kernels.sum_of_product`), else the two kernels."""
+    r = sum_of_product(a, b, axes) if op == "sum" else None
+    return _reduce(_mul(a, b), op, axes) if r is None else r
 
 
 one_pass(_reduce, _mul, _sum_of_mul)
