@@ -179,3 +179,49 @@ def test_a_running_plan_over_an_earlier_result_recovers_both():
         np.testing.assert_allclose(rf.to_numpy(), a_squared() @ a_numpy(), rtol=1e-10)
         assert rf.recoveries
         np.testing.assert_allclose(first.to_numpy(), a_squared(), rtol=1e-12)  # recovered too if it lost chunks
+
+
+def test_the_keeper_fails_a_stranded_task_once_and_not_while_the_scheduler_closes():
+    """The scheduler plugin's part alone, over a stand-in for the scheduler's state:
+    a tra_dask task pinned to a lost worker is failed once (Dask sends an erred
+    task's erred dependents back to waiting when an input is released, so failing it
+    each time it came back would cycle: on a closing scheduler, where every task is
+    stranded at once, that cycle queued callbacks without end and the process never
+    exited), and nothing is failed while the scheduler closes."""
+    from types import SimpleNamespace
+
+    from distributed.core import Status
+
+    from tra_dask.runtime.keeper import TraKeeper
+
+    key = ("LocalJoin-3-0123456789", 0)
+    made = []
+
+    class Scheduler:
+        status = Status.running
+        workers = {"tcp://127.0.0.1:2"}
+        tasks = {key: SimpleNamespace(state="no-worker", worker_restrictions={"tcp://127.0.0.1:1"})}
+
+        def transition(self, k, finish, **kw):
+            made.append((k, finish, kw["exception_text"]))
+            return {}
+
+        def transitions(self, recs, stimulus_id):
+            pass
+
+    keeper = TraKeeper()
+    keeper.scheduler = Scheduler()
+    keeper._fail_if_stranded(key)
+    keeper._fail_if_stranded(key)  # back in no-worker: failed already
+    assert made == [(key, "erred", "worker tcp://127.0.0.1:1 left")]
+    keeper.transition(key, "erred", "forgotten")  # forgotten: a later submission of the key may fail again
+    keeper.scheduler.status = Status.closing
+    keeper._fail_if_stranded(key)
+    assert len(made) == 1
+    keeper.scheduler.status = Status.running
+    keeper._fail_if_stranded(key)
+    assert len(made) == 2
+    keeper.scheduler.tasks[key].worker_restrictions = {"tcp://127.0.0.1:2"}  # its worker is there: it will run
+    keeper.transition(key, "erred", "forgotten")
+    keeper._fail_if_stranded(key)
+    assert len(made) == 2

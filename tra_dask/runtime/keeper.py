@@ -65,6 +65,8 @@ class TraKeeper(SchedulerPlugin):
         self.held: dict = {}  # key -> when the hold was made
         self.scheduler = None
         self.seconds = hold_seconds()
+        self.pending: set = set()  # keys with a _fail_if_stranded call queued
+        self.failed: dict = {}     # key -> the lost worker it was failed for (until forgotten)
 
     # -- tasks pinned to a worker that left: an error, not a wait without end ------
     def remove_worker(self, scheduler, worker, *, stimulus_id=None, **kwargs) -> None:
@@ -75,21 +77,40 @@ class TraKeeper(SchedulerPlugin):
             self._fail_if_stranded(ts.key)
 
     def transition(self, key, start, finish, *args, **kwargs) -> None:
-        if finish == "no-worker" and is_tra_key(key):
+        if finish == "forgotten":
+            self.failed.pop(key, None)
+        elif finish == "no-worker" and is_tra_key(key) and key not in self.pending:
             import asyncio
 
+            self.pending.add(key)  # one queued call per key, however often it comes back
             asyncio.get_running_loop().call_soon(self._fail_if_stranded, key)  # not inside a transition
 
     def _fail_if_stranded(self, key) -> None:
+        """Fail ``key`` with :class:`WorkerLeft` if it waits for a worker that left —
+        once per key and lost worker: failing a task releases its inputs, and Dask
+        sends an erred task's erred dependents back to waiting when an input is
+        released, so a task failed again each time it came back to ``no-worker``
+        would cycle (on a scheduler that closes, every task is stranded at once: that
+        cycle filled the event loop with callbacks and the scheduler never exited).
+        Its clients were told of the error the first time.  Nothing is done while
+        the scheduler closes."""
+        from distributed.core import Status
+
+        self.pending.discard(key)
         s = self.scheduler
         ts = s.tasks.get(key) if s is not None else None
         if ts is None or ts.state != "no-worker" or not is_tra_key(key) or not ts.worker_restrictions:
             return
+        if s.status not in (Status.running, Status.paused):
+            return  # closing: every worker leaves; there is nobody left to tell
         if any(w in s.workers for w in ts.worker_restrictions):
             return  # its worker is there (busy or paused): it will run
         from distributed.protocol import pickle
 
         worker = sorted(ts.worker_restrictions)[0]
+        if self.failed.get(key) == worker:
+            return
+        self.failed[key] = worker
         stimulus = f"tra-dask-worker-left-{time.time()}"
         try:
             recs = s.transition(key, "erred", stimulus_id=stimulus, cause=key,
