@@ -18,6 +18,7 @@ from tra_dask.logical.sources import ClusterSource
 from tra_dask.lowering import lower
 from tra_dask.physical import (Broadcast, LocalAggregate, LocalJoin, Part, PSource, Shuffle, node_work,
                                plan_work)
+from tra_dask.physical.work import Fusion
 from tra_dask.programs import ffnn_forward, ffnn_sgd_step, matmul, nearest_neighbor, random_uniform
 
 from helpers import PAPER_A, PAPER_B
@@ -261,3 +262,56 @@ def test_node_work_alone_counts_what_the_cost_model_counts():
     # without a demand every tuple is needed
     src = next(n for n in plan.nodes if isinstance(n, Shuffle))
     assert node_work(src).ntasks == len(np.unique(src.layout.origin[src.layout.moved]))
+
+
+def test_task_flops_are_the_kernels_flops_of_each_task():
+    plan = td.compile(matmul(A, B), 2)  # A 7x5 in (3, 2) blocks, B 5x6 in (2, 4): ragged edges
+    work = plan_work(plan)
+    joins = [n for n in work.order if isinstance(n, LocalJoin)]
+    folds = [n for n in work.order if isinstance(n, LocalAggregate)]
+    assert sum(work[n].task_flops.sum() for n in joins) == 2 * 7 * 5 * 6  # every block product once
+    # a fold of k chunks is k - 1 adds of the output chunk: 3 k-blocks, a 7x6 result
+    assert sum(work[n].task_flops.sum() for n in folds) == (3 - 1) * 7 * 6
+    for n in work.order:  # and the cost model's flops per site are these, summed
+        w = work[n]
+        np.testing.assert_array_equal(plan.cost.nodes[n].flops_per_site,
+                                      np.bincount(w.task_site, weights=w.task_flops, minlength=plan.sites))
+
+
+def _many_small_blocks():
+    a, b = rng.normal(size=(12, 12)), rng.normal(size=(12, 12))
+    return matmul(td.from_numpy(a, 3, name="A12"), td.from_numpy(b, 3, name="B12"))  # 4x4x4 blocks
+
+
+def test_cheap_tasks_fuse_into_readers_that_wait_for_transfers():
+    """A task whose reader waits for a transfer fuses into it only when it is cheap —
+    its seconds with those of the tasks already fused into it at most
+    ``cheap_below`` — so a fused chain never runs late by more than that."""
+    one = lambda w: np.ones(len(w.task_tuple))  # noqa: E731  every task runs 1 s
+    for expr in (_many_small_blocks(), PROGRAMS["nearest neighbour"]):
+        plan = td.compile(expr, 2)
+        plain = plan_work(plan.outputs).into
+        assert plan_work(plan.outputs, fusion=Fusion(1, one, 0.5)).into == plain  # nothing that cheap
+        cheap = plan_work(plan.outputs, fusion=Fusion(1, one, 1.5)).into
+        every = plan_work(plan.outputs, fusion=Fusion(1, one, 1e9)).into
+        assert set(plain) < set(cheap) <= set(every)
+
+        def late_with_work_in(into):  # fused past a transfer, with tasks fused into it (2 s or more)
+            took = set(into.values())
+            return [t for t in set(into) - set(plain) if t in took]
+        assert not late_with_work_in(cheap)
+        if expr is not PROGRAMS["nearest neighbour"]:  # the products join their sums past the transfers
+            assert any(isinstance(n, LocalJoin) and n.kernel.name == "matmul" for n, _ in set(cheap) - set(plain))
+        else:  # chains that are not cheap fuse only when everything is
+            assert late_with_work_in(every)
+        two = plan_work(plan.outputs, fusion=Fusion(2, one, 1e9)).into  # threads=2: one per reader still
+        assert len(set(two.values())) == len(two)
+
+
+@pytest.mark.parametrize("sites", [2, 3])
+def test_a_plan_with_cheap_tasks_fused_lowers_and_computes_the_expression(sites):
+    spec = td.ClusterSpec(sites, task_overhead=1.0)  # a task costs a second: every kernel task is cheap
+    plan = td.optimize(_many_small_blocks(), sites, cluster=spec, objective="time")
+    assert len(plan.work.into) > len(plan_work(plan.outputs, fusion=Fusion(1)).into)
+    lo = check_work(plan)
+    assert lo.ntasks == plan.cost.tasks < plan_work(plan.outputs, fuse=False).ntasks

@@ -119,7 +119,7 @@ def rebind(plan: Plan, old_sources: list, new_expr, new_sources: list, *, keep_s
 
     def again(p: Plan, **kw) -> Plan:
         outputs, cost = remake(p)
-        return Plan(outputs, rebuild, p.sites, p.cost_model, new_expr, cost=cost, threads=p.threads, **kw)
+        return Plan(outputs, rebuild, p.sites, p.cost_model, new_expr, cost=cost, fusion=p.fusion, **kw)
 
     if new_expr is None:  # everything now, nothing that holds the old sources
         c = plan._compiled

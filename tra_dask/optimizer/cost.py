@@ -23,10 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..kernels import Kernel
 from ..node import toposort
-from ..types import unique
-from ..physical import Broadcast, KeyArrayMap, LocalAggregate, LocalJoin, LocalMap, PNode, Shuffle, demand
+from ..physical import Broadcast, KeyArrayMap, LocalMap, PNode, Shuffle, demand
 
 __all__ = ["COST_MODELS", "NodeCost", "Cost", "node_cost", "plan_cost", "brute_force_frontier"]
 
@@ -144,36 +142,6 @@ def _first_occurrences(values: np.ndarray) -> np.ndarray:
     return np.sort(order[first])
 
 
-def _flops_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
-    s, lay = node.nsites, node.layout
-    out = np.zeros(s, dtype=np.float64)
-    if isinstance(node, LocalJoin):
-        lp, rp = (a[need] for a in lay.lineage)
-        lt, rt = node.left.type, node.right.type
-        lsid = lt.shape_ids[node.left.layout.rows[lp]]
-        rsid = rt.shape_ids[node.right.layout.rows[rp]]
-        ns = len(rt.shapes)
-        pair = lsid * ns + rsid
-        table = np.zeros(len(lt.shapes) * ns, dtype=np.float64)  # flops per (left shape, right shape)
-        for c in unique(pair).tolist():
-            table[c] = node.kernel.flops(lt.shapes[c // ns], rt.shapes[c % ns])
-        out += np.bincount(lay.sites[need], weights=table[pair], minlength=s)
-    elif isinstance(node, LocalAggregate) and isinstance(node.kernel, Kernel):
-        (out_index,) = lay.lineage
-        folds = np.bincount(out_index, minlength=lay.ntuples) - 1  # k inputs fold with k-1 calls
-        t = node.type
-        per_shape = np.array([node.kernel.flops(sh, sh) for sh in t.shapes], dtype=np.float64)
-        w = (folds * per_shape[t.shape_ids[lay.rows]])[need]
-        out += np.bincount(lay.sites[need], weights=w, minlength=s)
-    elif isinstance(node, LocalMap) and isinstance(node.op, KeyArrayMap) and node.op.kernel is not None:
-        it, ilay = node.input.type, node.input.layout
-        runs = np.zeros(ilay.ntuples, dtype=bool)  # the kernel runs once per input tuple in use
-        runs[lay.lineage[0][need]] = True
-        per_shape = np.array([node.op.kernel.flops(sh) for sh in it.shapes], dtype=np.float64)
-        out += np.bincount(ilay.sites[runs], weights=per_shape[it.shape_ids[ilay.rows[runs]]], minlength=s)
-    return out
-
-
 def _bytes_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
     lay, t = node.layout, node.type
     if len(t.shapes) == 1 and lay.origins_distinct() and need.all():  # every tuple, each its own array
@@ -200,7 +168,7 @@ def node_cost(node: PNode, model: str = "exact", need: dict | None = None) -> No
     held = _bytes_per_site(node, need[node])
     peak = held + sum((_bytes_per_site(c, need[c]) for c in node.children), np.zeros(node.nsites, dtype=np.int64))
     floats = _floats_moved(node, model, need[node])
-    ntasks, per_site, recv, send, made = _tasks(node, need[node])
+    ntasks, per_site, recv, send, made, flops = _tasks(node, need[node])
     if per_site is not None and ntasks:
         # a running task also holds copies in flight: a chunk arriving is a buffer before
         # it is an array, a kernel's result is a temporary before it is stored (measured:
@@ -208,16 +176,16 @@ def node_cost(node: PNode, model: str = "exact", need: dict | None = None) -> No
         largest = max(_largest_chunk(n) for n in (node, *node.children))
         peak = peak + (np.asarray(per_site) > 0) * (2 * largest)
     return NodeCost(node, floats, floats * node.type.dtype.itemsize, held, peak,
-                    _flops_per_site(node, need[node]), ntasks, per_site, recv, send, made)
+                    flops, ntasks, per_site, recv, send, made)
 
 
 def _tasks(node: PNode, need: np.ndarray) -> tuple:
     """Tasks the lowering makes for this node — :mod:`tra_dask.physical.work`'s
     derivation, which the lowering emits as is (one task per array the node creates;
     aliases, copies of one kernel call and one transfer share one) — in all and per
-    site, for a move the floats each site receives and sends, and the bytes of the
-    arrays the tasks make on each site (one per task: its first tuple's chunk) — the
-    time model's inputs."""
+    site, for a move the floats each site receives and sends, the bytes of the
+    arrays the tasks make on each site (one per task: its first tuple's chunk) and
+    the flops its kernels run on each site — the time model's inputs."""
     from ..physical.work import node_work
 
     w = node_work(node, need)
@@ -229,7 +197,8 @@ def _tasks(node: PNode, need: np.ndarray) -> tuple:
         recv = np.bincount(w.task_site, weights=f, minlength=s)
         send = np.bincount(w.task_src, weights=f, minlength=s)
     made = np.bincount(w.task_site, weights=chunk_bytes(node, w.task_tuple), minlength=s)
-    return w.ntasks, per_site, recv, send, made
+    flops = np.bincount(w.task_site, weights=w.task_flops, minlength=s).astype(np.float64)
+    return w.ntasks, per_site, recv, send, made, flops
 
 
 def chunk_bytes(node: PNode, tuples: np.ndarray) -> np.ndarray:

@@ -26,8 +26,14 @@ from .plan import Plan, Stage
 from .rules import RULES
 from .search import SearchResult, search
 from .sketch import NotReplayable, make_sketch, replay
+from .time import fusion_for
 
 __all__ = ["optimize"]
+
+# the search ranks plans before fusion (which runs after placement and only removes
+# tasks): this many of its runners-up are fused and ranked again under the time
+# objective, each only if it could win with all its tasks fused (a few ms each)
+RERANK = 4
 
 _REPLAY_TUPLES = 4_000_000  # full-size tuples worth of sketch plans replayed (at least one plan)
 
@@ -88,19 +94,44 @@ def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, pla
     stages.append(Stage("check", best, time.perf_counter() - t0,
                         "outputs are the expression's relations; peak within the memory limit"))
     timed = obj if hasattr(obj, "annotate") else FastestTime(cluster=cluster)  # seconds are always reported
-    threads = timed.spec(sites).threads if hasattr(timed, "spec") else 1
+    fusion = fusion_for(timed.spec(sites))
+
+    works: list = []  # (outputs, their work): each plan's fusion is derived once
+
+    def work_of(outs):
+        for o, w in works:
+            if o is outs:
+                return w
+        works.append((outs, plan_work(outs, fusion=fusion)))
+        return works[-1][1]
 
     def fused(outs, cost, **kw) -> Plan:
         """The plan after fusion (physical.work: a pass after placement), its cost
         counting the tasks that remain."""
-        work = plan_work(outs, threads=threads)
+        work = work_of(outs)
         return Plan(outs, rebuild, sites, cost_model, expr, cost=timed.annotate(cost.with_fused(len(work.into))),
-                    threads=threads, work=work, **kw)
+                    fusion=fusion, work=work, **kw)
 
-    def alternatives():  # costed when first read
-        return [fused(outs, cost) for outs, cost in res.alternatives if outs != res.best]
+    chosen, chosen_cost = res.best, res.best_cost
+    if isinstance(obj, FastestTime):  # fusion removes tasks the search counted: re-rank its best few
+        chosen_cost = obj.annotate(chosen_cost.with_fused(len(work_of(chosen).into)))
+        spec = obj.spec(sites)
+        for outs, cost in [(o, c) for o, c in res.alternatives if o != res.best][:RERANK]:
+            if obj.seconds(cost) - cost.tasks * spec.task_overhead >= chosen_cost.seconds:
+                continue  # slower than the chosen plan even if every task fused
+            cost = obj.annotate(cost.with_fused(len(work_of(outs).into)))
+            if obj(cost) < obj(chosen_cost):
+                chosen, chosen_cost = outs, cost
 
-    return fused(res.best, res.best_cost, compiled=compiled, search=res, alternatives=alternatives, stages=stages)
+    def alternatives():  # costed when first read: the search's order, the chosen plan left out
+        seen, out = [chosen], []
+        for outs, cost in ((res.best, res.best_cost), *res.alternatives):
+            if all(outs != o for o in seen):
+                seen.append(outs)
+                out.append(fused(outs, cost))
+        return out
+
+    return fused(chosen, chosen_cost, compiled=compiled, search=res, alternatives=alternatives, stages=stages)
 
 
 def _plan(outputs, rebuild, sites, cost_model, expr, cost) -> Plan:

@@ -45,7 +45,7 @@ class Plan:
 
     def __init__(self, outputs, rebuild: Callable | None = None, sites: int | None = None,
                  cost_model: str = "exact", expr=None, *, cost: Cost | None = None, compiled=None,
-                 search=None, alternatives=(), stages=(), threads: int = 1, work=None):
+                 search=None, alternatives=(), stages=(), fusion=None, work=None):
         self.outputs = tuple(canonical(outputs))  # equal nodes are one object: one set of arrays
         self.rebuild = rebuild or (lambda rs: rs[0] if len(rs) == 1 else tuple(rs))
         self.sites = sites if sites is not None else self.outputs[0].nsites
@@ -68,7 +68,7 @@ class Plan:
         # td.optimize: the other plans considered, cheapest first (or how to make them: a reused plan's)
         self._alternatives = alternatives if callable(alternatives) else tuple(alternatives)
         self.stages = tuple(stages)             # td.optimize: compile, search, (replay,) check
-        self.threads = int(threads)             # tasks a worker runs at once (fusion keeps them side by side)
+        self.fusion = fusion                    # physical.work.Fusion: the workers' threads, which tasks are cheap
         self._work = work                       # physical.work's derivation, made when first read
         self._frozen = True
 
@@ -116,7 +116,7 @@ class Plan:
         if self._work is None:
             from ..physical.work import plan_work
 
-            object.__setattr__(self, "_work", plan_work(self.outputs, threads=self.threads))
+            object.__setattr__(self, "_work", plan_work(self.outputs, fusion=self.fusion))
         return self._work
 
     @property
@@ -145,11 +145,11 @@ class Plan:
         before the optimizer, like the array front-end's choice of chunking)."""
         return Plan(self.outputs, self.rebuild, self.sites, self.cost_model, self.expr, cost=self._cost,
                     compiled=self._compiled, search=self.search, alternatives=self._alternatives,
-                    stages=(stage,) + self.stages, threads=self.threads, work=self._work)
+                    stages=(stage,) + self.stages, fusion=self.fusion, work=self._work)
 
     def with_cost_model(self, model: str) -> "Plan":
         """The same plan costed under another cost model."""
-        return Plan(self.outputs, self.rebuild, self.sites, model, self.expr, threads=self.threads, work=self._work)
+        return Plan(self.outputs, self.rebuild, self.sites, model, self.expr, fusion=self.fusion, work=self._work)
 
     def explain(self, stage: str | None = None) -> str:
         """An indented tree, outputs at the top; per line the operator and its

@@ -47,15 +47,28 @@ import numpy as np
 
 from ..logical.sources import ClusterSource, FromFunction
 from ..node import toposort
+from ..types import unique
 from .demand import demand, result_copies
 from .nodes import (Broadcast, ConcatAgg, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PNode, PSource, Shuffle,
                     TileMap)
 
-__all__ = ["Task", "Transfer", "NodeWork", "PlanWork", "node_work", "plan_work", "TASK_KINDS", "FUSABLE_KINDS"]
+__all__ = ["Fusion", "Task", "Transfer", "NodeWork", "PlanWork", "node_work", "plan_work", "TASK_KINDS", "FUSABLE_KINDS"]
 
 TASK_KINDS = ("load", "transfer", "kernel", "fold", "concat", "tile")  # the kinds that are graph tasks
 FUSABLE_KINDS = ("kernel", "fold", "concat", "tile")  # local computations: fused into their one reader
 _EMPTY = np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """What the fusion pass (:class:`PlanWork`) needs to know of the cluster:
+    ``threads`` per worker, and which tasks are cheap — ``task_seconds(node_work)``
+    gives the seconds each of a node's tasks runs (None: no task is cheap), and a
+    task fused with its fused inputs of at most ``cheap_below`` seconds is cheap."""
+
+    threads: int = 1
+    task_seconds: object = None
+    cheap_below: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -190,9 +203,44 @@ class NodeWork:
         t = self.node.type
         return t.chunk_sizes[self.node.layout.rows[self.task_tuple]].astype(np.int64)
 
+    @cached_property
+    def task_flops(self) -> np.ndarray:
+        """Kernel flops of each task (its kernel's ``flops`` of its inputs' chunk
+        shapes; a fold of k chunks is k-1 calls); 0 for loads, transfers,
+        concatenations and tiles (copies: their cost is the array they make)."""
+        node, n = self.node, len(self.task_tuple)
+        if not n or self.kind not in ("kernel", "fold"):
+            return np.zeros(n)
+        lay = node.layout
+        if isinstance(node, LocalJoin):
+            lt, rt = node.left.type, node.right.type
+            lp, rp = (a[self.task_tuple] for a in lay.lineage)
+            ns = len(rt.shapes)
+            pair = lt.shape_ids[node.left.layout.rows[lp]] * ns + rt.shape_ids[node.right.layout.rows[rp]]
+            return _per_code(pair, lambda c: node.kernel.flops(lt.shapes[c // ns], rt.shapes[c % ns]))
+        if isinstance(node, LocalAggregate):  # a fold: k members, k - 1 calls on the output's shape
+            t = node.type
+            calls = np.bincount(lay.lineage[0], minlength=lay.ntuples)[self.task_tuple] - 1
+            sid = t.shape_ids[lay.rows[self.task_tuple]]
+            return calls * _per_code(sid, lambda c: node.kernel.flops(t.shapes[c], t.shapes[c]))
+        it, ilay = node.input.type, node.input.layout  # a map's kernel: once per input array
+        sid = it.shape_ids[ilay.rows[lay.lineage[0][self.task_tuple]]]
+        return _per_code(sid, lambda c: node.op.kernel.flops(it.shapes[c]))
+
     def __repr__(self):
         return (f"<NodeWork {self.node._op}: {len(self.task_tuple)} {self.kind or 'no'} task(s), "
                 f"{int((self.alias >= 0).sum())} alias(es)>")
+
+
+def _per_code(code: np.ndarray, value) -> np.ndarray:
+    """``value(c)`` for each entry of ``code`` (small non-negative ints: shape ids),
+    called once per distinct code."""
+    if not len(code):
+        return np.zeros(0)
+    table = np.zeros(int(code.max()) + 1)
+    for c in unique(code).tolist():
+        table[c] = value(c)
+    return table[code]
 
 
 def node_work(node: PNode, need: np.ndarray | None = None) -> NodeWork:
@@ -349,15 +397,23 @@ class PlanWork:
     * fusing delays no transfer's consumer: every *other* input of the reader
       depends on no transfer (else the fused task, which could have run while the
       bytes travelled, would wait for them inside the reader);
+      — unless the task is *cheap*: its work, with the work of the tasks fused
+      into it, takes at most ``fusion.cheap_below`` seconds (``fusion.task_seconds``
+      says how long each task runs: the time model's), so that running it late
+      costs at most what running it as a task of its own costs (each Dask task
+      pays a per-task overhead: the products of a matmul on small blocks fused into
+      their sum run 40% faster on the development VM);
     * ``threads > 1`` (workers that run several tasks at once): a reader takes in
       at most one task, so that no two tasks that could run side by side run one
       after the other inside it.
 
     Chains fuse transitively (a reader fused into its own reader takes its fused
     inputs along).  ``ntasks`` counts the Dask tasks that remain; ``fused=False``
-    turns the pass off."""
+    turns the pass off; ``fusion`` (a :class:`Fusion`) holds the workers' threads
+    and what makes a task cheap."""
 
-    def __init__(self, outputs, *, fuse: bool = True, threads: int = 1):
+    def __init__(self, outputs, *, fuse: bool = True, fusion: "Fusion | None" = None):
+        fusion = Fusion() if fusion is None else fusion
         self.outputs = tuple(outputs)
         self.order = toposort(self.outputs)
         self.need = demand(self.outputs)
@@ -383,7 +439,7 @@ class PlanWork:
                 self.transfers += [Transfer(n, t, a, src, d, fl, fl * itemsize) for t, a, src, d, fl in zip(
                     own.tolist(), w.task_array[own].tolist(), w.task_src[own].tolist(),
                     w.task_site[own].tolist(), w.task_floats[own].tolist())]
-        self.into: dict = _fusion(self, threads) if fuse else {}
+        self.into: dict = _fusion(self, fusion) if fuse else {}
 
     def __getitem__(self, node: PNode) -> NodeWork:
         return self.nodes[node]
@@ -418,19 +474,20 @@ class PlanWork:
                 f"({self.bytes_moved:,} bytes)>")
 
 
-def plan_work(outputs, *, fuse: bool = True, threads: int = 1) -> PlanWork:
+def plan_work(outputs, *, fuse: bool = True, fusion: "Fusion | None" = None) -> PlanWork:
     """The work of the plan whose results are ``outputs`` (PNodes, or a Plan)."""
     if hasattr(outputs, "outputs"):
         outputs = outputs.outputs
-    return PlanWork(outputs, fuse=fuse, threads=threads)
+    return PlanWork(outputs, fuse=fuse, fusion=fusion)
 
 
-def _fusion(work: PlanWork, threads: int) -> dict:
+def _fusion(work: PlanWork, fusion: Fusion) -> dict:
     """``{(node, task): (reader node, its task)}``: the tasks that run inside their
     one reader (the rules are in :class:`PlanWork`'s doc).  Vectorised over every
     task of the plan at once: a task is a global id (``base[node] + task``), and a
     node's tuples map to the id of the task that makes them through aliases
-    (:func:`_producer_ids`)."""
+    (:func:`_producer_ids`); the one rule that depends on what was fused before (a
+    cheap task's work includes its fused inputs') runs node by node in plan order."""
     order = [n for n in work.order if work.nodes[n].ntasks]
     base, total = {}, 0
     for n in order:
@@ -445,6 +502,7 @@ def _fusion(work: PlanWork, threads: int) -> dict:
     fusable = np.zeros(total, bool)
     site = np.empty(total, np.int64)
     late = np.zeros(total, bool)      # the task depends on a transfer
+    seconds = np.zeros(total)         # what each fusable task runs, alone (fusion.task_seconds)
     slot_c, slot_p = [], []           # every input slot of every task: its reader, its producer (-1: data)
     for n in order:
         w = work.nodes[n]
@@ -459,6 +517,8 @@ def _fusion(work: PlanWork, threads: int) -> dict:
             slot_p.append(p)
             continue
         fusable[b:b + m] = w.kind in FUSABLE_KINDS
+        if fusable[b] and fusion.task_seconds is not None:
+            seconds[b:b + m] = fusion.task_seconds(w)
         ptr = w.in_ptr
         if not len(w.in_tuple):
             continue
@@ -481,12 +541,22 @@ def _fusion(work: PlanWork, threads: int) -> dict:
     ok = sp >= 0
     spc = np.where(ok, sp, 0)
     late_in = np.bincount(sc[ok], weights=late[spc[ok]], minlength=total)  # late input slots of each reader
-    cand = (ok & fusable[sc] & fusable[spc] & (readers[spc] == 1) & ~result[spc] & (site[spc] == site[sc])
-            & (late_in[sc] - late[spc] == 0))
+    cand = ok & fusable[sc] & fusable[spc] & (readers[spc] == 1) & ~result[spc] & (site[spc] == site[sc])
+    on_time = late_in[sc] - late[spc] == 0  # the reader waits for no transfer the task could run under
+    cheap = fusion.task_seconds is not None and fusion.cheap_below > 0
+    work_in = seconds.copy()  # a task's seconds with those of the tasks fused into it
+    bounds = np.cumsum([0] + [len(c) for c in slot_c]).tolist()
+    for lo, hi in zip(bounds[:-1], bounds[1:]):  # in plan order: a task's fused inputs are decided before it
+        here = cand[lo:hi] & (on_time[lo:hi] | (cheap & (work_in[spc[lo:hi]] <= fusion.cheap_below)))
+        if fusion.threads > 1 and here.any():  # one per reader: its first candidate slot in call order
+            at = np.flatnonzero(here)
+            _, first = np.unique(sc[lo:hi][at], return_index=True)
+            here[:] = False
+            here[at[first]] = True
+        cand[lo:hi] = here
+        if cheap:
+            np.add.at(work_in, sc[lo:hi][here], work_in[spc[lo:hi][here]])
     c, p = sc[cand], sp[cand]
-    if threads > 1 and len(c):  # one per reader: its first candidate slot in call order
-        _, first = np.unique(c, return_index=True)
-        c, p = c[first], p[first]
     starts = np.array([base[n] for n in order], np.int64)
 
     def named(g):
