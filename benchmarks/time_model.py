@@ -8,7 +8,7 @@ strategy (and the plan the *default* ClusterSpec would choose, when it differs) 
 persisted on the workers before its clock starts.  Per plan: predicted seconds,
 measured min/median, the prediction's error; per case: chosen / fastest.
 
-    python benchmarks/time_model.py [--repeat 3] [--scale 0.5] [--quick]
+    python benchmarks/time_model.py [--repeat 3] [--scale 0.5] [--quick] [--only 'blocks 8x8x8']
 """
 
 from __future__ import annotations
@@ -130,8 +130,10 @@ def main(argv=None):
     p.add_argument("--dtype", nargs="+", default=["float64", "float32"])
     p.add_argument("--alternatives", type=int, default=4)
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--only", default="", help="run only the cases whose name contains this text (implies --no-write)")
     p.add_argument("--no-write", dest="write", action="store_false")
     args = p.parse_args(argv)
+    args.write = args.write and not args.only
     if args.quick:
         args.sites, args.scale, args.repeat, args.dtype = [2], 0.1, 1, ["float64"]
     seeds = itertools.count(1)
@@ -146,6 +148,8 @@ def main(argv=None):
             calib.append((sites, spec, took))
             print(f"{sites} workers: {spec} ({took:.2f} s)", flush=True)
             for name, dtype, build in cases(args.scale, args.dtype):
+                if args.only not in name:
+                    continue
                 try:
                     rows = run_case(client, build, args.repeat, seeds, args.alternatives)
                 except RuntimeError as e:  # e.g. workers gone (out of memory): say so, keep what was measured
