@@ -96,30 +96,31 @@ def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, pla
     timed = obj if hasattr(obj, "annotate") else FastestTime(cluster=cluster)  # seconds are always reported
     fusion = fusion_for(timed.spec(sites))
 
-    works: list = []  # (outputs, their work): each plan's fusion is derived once
+    works: dict = {}  # id(outputs) -> their work: each plan's fusion is derived once
 
     def work_of(outs):
-        for o, w in works:
-            if o is outs:
-                return w
-        works.append((outs, plan_work(outs, fusion=fusion)))
-        return works[-1][1]
+        if id(outs) not in works:
+            works[id(outs)] = plan_work(outs, fusion=fusion)
+        return works[id(outs)]
+
+    def fused_cost(outs, cost):
+        """``cost`` counting only the tasks that remain after fusion, with its seconds."""
+        n = len(work_of(outs).into)
+        return cost if cost.seconds is not None and cost.fused == n else timed.annotate(cost.with_fused(n))
 
     def fused(outs, cost, **kw) -> Plan:
-        """The plan after fusion (physical.work: a pass after placement), its cost
-        counting the tasks that remain."""
-        work = work_of(outs)
-        return Plan(outs, rebuild, sites, cost_model, expr, cost=timed.annotate(cost.with_fused(len(work.into))),
-                    fusion=fusion, work=work, **kw)
+        """The plan after fusion (physical.work: a pass after placement)."""
+        return Plan(outs, rebuild, sites, cost_model, expr, cost=fused_cost(outs, cost), fusion=fusion,
+                    work=work_of(outs), **kw)
 
     chosen, chosen_cost = res.best, res.best_cost
     if isinstance(obj, FastestTime):  # fusion removes tasks the search counted: re-rank its best few
-        chosen_cost = obj.annotate(chosen_cost.with_fused(len(work_of(chosen).into)))
+        chosen_cost = fused_cost(chosen, chosen_cost)
         spec = obj.spec(sites)
         for outs, cost in [(o, c) for o, c in res.alternatives if o != res.best][:RERANK]:
             if obj.seconds(cost) - cost.tasks * spec.task_overhead >= chosen_cost.seconds:
                 continue  # slower than the chosen plan even if every task fused
-            cost = obj.annotate(cost.with_fused(len(work_of(outs).into)))
+            cost = fused_cost(outs, cost)
             if obj(cost) < obj(chosen_cost):
                 chosen, chosen_cost = outs, cost
 
