@@ -11,7 +11,6 @@ from distributed import Client
 
 from ..dashboard import TraScheduler, _set_measured, page_link
 from ..logical import ClusterSource, to_numpy
-from ..logical.nodes import toposort
 from ..lowering import Lowered
 from ..optimizer import Plan
 from ..types import RelationType
@@ -274,31 +273,36 @@ class RelationFutures(Mapping):
     # -- measurements ------------------------------------------------------
     def transfers(self) -> int:
         """Bytes that moved between workers for this submission, from the workers'
-        transfer logs: transfers of this submission's keys (and of the cluster-resident
-        inputs it read) between its start and its end.  Data sent to the client is not
-        counted; another submission reading the same cluster-resident inputs at the
+        transfer logs: between its start and its end, every transfer of a key to a
+        worker where one of this submission's tasks reads that key (its own
+        intermediates, its scattered chunks, the cluster-resident inputs it read).
+        Data sent to the client is not counted, nor a transfer of the same key to a
+        worker where none of its tasks read it (another submission's, which may still
+        be moving data its results no longer wait for: measured, up to ~25 ms after
+        them); another submission reading the same input on the same worker at the
         same time would be.  After a recovery: the first run's and the recovery's
         transfers, as the surviving workers logged them."""
         self.wait()
-        ours, workers = set(), set()
+        reads: dict = {}  # worker -> the keys this submission's tasks there read
         for low in self._submission.generations or [self.lowered]:  # after a recovery: every part that ran
-            ours |= low.graph_keys() | {k for d in low.scatter.values() for k in d}
-            workers |= set(low.workers)
-        for node in toposort(self.plan.outputs):
-            src = getattr(node, "source", None)
-            if isinstance(src, ClusterSource):
-                ours |= {k for _, k in src.dask_keys}
-        workers &= set(workers_info(self.client))  # a lost worker's log is lost with it
+            for w, tasks in low.layers.items():
+                mine = reads.setdefault(w, set())
+                for t in tasks.values():
+                    mine |= t.dependencies
+        reads = {w: keys for w, keys in reads.items() if keys}
+        live = set(workers_info(self.client))  # a lost worker's log is lost with it
         since, until = self._started - 0.01, self._finished + 0.5
 
-        def count(dask_worker, ours=ours, workers=workers, since=since, until=until):
+        def count(dask_worker, reads=reads, since=since, until=until):
             total = 0
             for e in dask_worker.transfer_outgoing_log:
-                if e["who"] in workers and since <= e["start"] <= until:
-                    total += sum(n for k, n in e["keys"].items() if k in ours)
+                wanted = reads.get(e["who"])
+                if wanted and since <= e["start"] <= until:
+                    total += sum(n for k, n in e["keys"].items() if k in wanted)
             return total
 
-        total = int(sum(self.client.run(count, workers=list(workers)).values()))
+        senders = sorted(live & {w for low in self._submission.generations or [self.lowered] for w in low.workers})
+        total = int(sum(self.client.run(count, workers=senders).values()))
         if self._recorded:
             try:
                 self.client.run_on_scheduler(_set_measured, token=self.token, nbytes=total)
