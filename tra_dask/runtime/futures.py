@@ -277,10 +277,9 @@ class RelationFutures(Mapping):
         worker where one of this submission's tasks reads that key (its own
         intermediates, its scattered chunks, the cluster-resident inputs it read).
         Data sent to the client is not counted, nor a transfer of the same key to a
-        worker where none of its tasks read it (another submission's, which may still
-        be moving data its results no longer wait for: measured, up to ~25 ms after
-        them); another submission reading the same input on the same worker at the
-        same time would be.  After a recovery: the first run's and the recovery's
+        worker where none of its tasks read it (another submission's); another
+        submission reading the same input on the same worker at the same time would
+        be.  Times are the workers' own clocks.  After a recovery: the first run's and the recovery's
         transfers, as the surviving workers logged them."""
         self.wait()
         reads: dict = {}  # worker -> the keys this submission's tasks there read
@@ -291,13 +290,17 @@ class RelationFutures(Mapping):
                     mine |= t.dependencies
         reads = {w: keys for w, keys in reads.items() if keys}
         live = set(workers_info(self.client))  # a lost worker's log is lost with it
-        since, until = self._started - 0.01, self._finished + 0.5
+        since, until = self._started, self._finished + 0.5
 
         def count(dask_worker, reads=reads, since=since, until=until):
+            # "middle" is on the worker's own clock; "start"/"stop" are shifted by its
+            # estimate of the scheduler's clock offset, which a busy host gets wrong by
+            # tens of ms (measured: an earlier submission's transfers logged 5-40 ms
+            # after this one's start that the receiving worker had before it)
             total = 0
             for e in dask_worker.transfer_outgoing_log:
                 wanted = reads.get(e["who"])
-                if wanted and since <= e["start"] <= until:
+                if wanted and since <= e.get("middle", e["start"]) <= until:
                     total += sum(n for k, n in e["keys"].items() if k in wanted)
             return total
 
