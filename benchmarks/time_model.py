@@ -144,7 +144,7 @@ def main(argv=None):
             t0 = time.perf_counter()
             spec = td.calibrate(client)
             took = time.perf_counter() - t0
-            td.calibration._CACHE[(client.scheduler.address, tuple(sorted(client.scheduler_info()["workers"])))] = spec
+            td.set_cluster_spec(client, spec)
             calib.append((sites, spec, took))
             print(f"{sites} workers: {spec} ({took:.2f} s)", flush=True)
             for name, dtype, build in cases(args.scale, args.dtype):

@@ -62,7 +62,7 @@ def real_cluster(tmp_path):
         stop_processes(procs)
 
 
-def test_submit_on_a_dask_scheduler_cluster(real_cluster):
+def test_submit_on_a_dask_scheduler_cluster(real_cluster, calibrating):
     sched_file, procs = real_cluster
     address = json.loads(sched_file.read_text())["address"]
     assert address.startswith("tcp://127.0.0.1:")

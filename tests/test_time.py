@@ -152,6 +152,11 @@ def test_cluster_spec_bad_input_and_a_file(tmp_path):
         td.optimize(_programs()["matmul"], sites=3, cluster=td.ClusterSpec(3, memory_per_site=1000))
 
 
+@pytest.fixture(autouse=True)
+def _calibrating(calibrating):
+    """This module tests calibration: no kept spec (tests/conftest.py)."""
+
+
 @pytest.fixture(scope="module")
 def cluster():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
@@ -178,6 +183,107 @@ def test_calibrate_a_local_cluster(cluster):
     rf = td.submit(e, client=cluster, objective="time")
     assert rf.plan.cost.seconds is not None and rf.transfers() == rf.plan.cost.bytes_moved
     np.testing.assert_allclose(rf.to_numpy(), td.to_numpy(e))
+
+
+def test_the_runtime_plans_for_time_by_default_on_the_spec_it_is_given(cluster, tmp_path):
+    """The time objective is the default; a spec kept in a file replaces the cluster's
+    calibration, and a plan cached under the old spec is not reused under the new."""
+    rng = np.random.default_rng(2)
+    e = matmul(_mat(rng, (300, 200), (100, 100), "A"), _mat(rng, (200, 100), (100, 50), "B"))
+    calibrated = td.cluster_spec(cluster)
+    first = td.plan_for(e, cluster)
+    assert first.cost.seconds == pytest.approx(plan_seconds(first.cost, calibrated)[0])
+    slow = td.ClusterSpec(2, memory_per_site=1e9, bandwidth=1e6, rates={"blas": 1e8, "elementwise": 1e7},
+                          task_overhead=0.5)
+    slow.save(tmp_path / "slow.json")
+    td.set_cluster_spec(cluster, td.ClusterSpec.load(tmp_path / "slow.json"))
+    assert td.cluster_spec(cluster) == slow
+    again = td.plan_for(e, cluster)
+    assert again is not first
+    assert again.cost.seconds == pytest.approx(plan_seconds(again.cost, slow)[0])
+    assert again.cost.seconds > 10 * first.cost.seconds
+    rf = td.submit(e, client=cluster)  # the default objective, planned on the spec set
+    assert rf.plan.cost.seconds == pytest.approx(again.cost.seconds)
+    np.testing.assert_allclose(rf.to_numpy(), td.to_numpy(e))
+    with pytest.raises(TypeError, match="spec must be a td.ClusterSpec"):
+        td.set_cluster_spec(cluster, {"sites": 2})
+    td.set_cluster_spec(cluster, calibrated)
+
+
+def test_a_replaced_worker_on_the_same_host_is_not_calibrated_again():
+    """The spec is cached per cluster shape (hosts and threads), not per worker
+    address: a recovery that replaces a worker plans on the spec measured before."""
+    from tra_dask.calibration import _shape
+
+    a = {"tcp://127.0.0.1:4001": {"nthreads": 1}, "tcp://127.0.0.1:4002": {"nthreads": 1}}
+    b = {"tcp://127.0.0.1:4001": {"nthreads": 1}, "tcp://127.0.0.1:4999": {"nthreads": 1}}
+    assert _shape(a) == _shape(b)
+    assert _shape(a) != _shape({**a, "tcp://127.0.0.1:4003": {"nthreads": 1}})  # one more worker
+    assert _shape(a) != _shape({"tcp://127.0.0.1:4001": {"nthreads": 1}, "tcp://10.0.0.2:4002": {"nthreads": 1}})
+    assert _shape(a) != _shape({"tcp://127.0.0.1:4001": {"nthreads": 2}, "tcp://127.0.0.1:4002": {"nthreads": 1}})
+
+
+def test_a_cluster_that_lost_a_worker_plans_on_the_spec_measured_before(monkeypatch):
+    """A recovery plans on the survivors: the spec measured with them (and the lost
+    worker), for fewer sites — not a new calibration while the cluster is in flux.
+    One more worker than was measured is calibrated."""
+    from tra_dask import calibration
+
+    class Sched:
+        address = "tcp://127.0.0.1:9999"
+
+    class Client:
+        scheduler = Sched()
+
+    three = {f"tcp://127.0.0.1:{p}": {"nthreads": 1} for p in (1, 2, 3)}
+    now = dict(three)
+    measured = []
+
+    def calibrate(client):
+        measured.append(len(now))
+        return td.ClusterSpec(len(now), rates={"blas": 1e9 * len(now)})
+
+    monkeypatch.setattr(calibration, "_CACHE", {})
+    monkeypatch.setattr(calibration, "workers_info", lambda client: dict(now))
+    monkeypatch.setattr(calibration, "calibrate", calibrate)
+    spec3 = calibration.cluster_spec(Client())
+    del now["tcp://127.0.0.1:2"]  # lost
+    spec2 = calibration.cluster_spec(Client())
+    assert measured == [3] and spec2.sites == 2 and spec2.rates == spec3.rates
+    now["tcp://127.0.0.1:7"] = {"nthreads": 1}  # replaced on the same host
+    assert calibration.cluster_spec(Client()) is spec3 and measured == [3]
+    now["tcp://127.0.0.1:8"] = {"nthreads": 1}  # one more than measured
+    assert calibration.cluster_spec(Client()).sites == 4 and measured == [3, 4]
+    now.clear()
+    now.update({"tcp://127.0.0.1:1": {"nthreads": 2}})  # other threads: not the cluster measured
+    calibration.cluster_spec(Client())
+    assert measured == [3, 4, 1]
+
+
+def test_a_kept_spec_named_by_the_dask_config_replaces_calibration(monkeypatch, tmp_path):
+    from tra_dask import calibration
+
+    class Sched:
+        address = "tcp://127.0.0.1:9998"
+
+    class Client:
+        scheduler = Sched()
+
+    monkeypatch.setattr(calibration, "_CACHE", {})
+    monkeypatch.setattr(calibration, "workers_info", lambda client: {"tcp://127.0.0.1:1": {}, "tcp://127.0.0.1:2": {}})
+    monkeypatch.setattr(calibration, "calibrate", lambda client: pytest.fail("calibrated although a spec was kept"))
+    kept = td.ClusterSpec(4, bandwidth=3e9, source="kept")
+    kept.save(tmp_path / "spec.json")
+    import dask
+
+    with dask.config.set({"tra-dask.cluster-spec": str(tmp_path / "spec.json")}):
+        got = calibration.cluster_spec(Client())
+    assert got.sites == 2 and got.bandwidth == 3e9 and got.source == "kept"
+    monkeypatch.setattr(calibration, "_CACHE", {})
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with dask.config.set({"tra-dask.cluster-spec": str(tmp_path / "bad.json")}):
+        with pytest.raises(ValueError, match="tra-dask.cluster-spec = .*bad.json.* is not a saved td.ClusterSpec"):
+            calibration.cluster_spec(Client())
 
 
 def test_calibrated_rates_are_throughput_over_a_window():

@@ -78,7 +78,7 @@ def compute(x, client=None, sites=None, *, check: bool = True, **kw):
 
     return runtime.compute(x, client, sites, **kw)
 
-_CALIBRATE = ("calibrate", "cluster_spec")
+_CALIBRATE = ("calibrate", "cluster_spec", "set_cluster_spec")
 
 
 def __getattr__(name):
@@ -99,6 +99,6 @@ __all__ = [
     "from_numpy", "from_chunks", "from_function",
     "aggregate", "join", "rekey", "filter", "transform", "tile", "concat",
     "evaluate", "to_numpy", "compile", "optimize", "simulate", "submit", "compute", "plan_for", "from_dask_array", "RelationFutures", "ArrayFutures", "drop_scattered", "Plan", "All", "Part", "KeySites",
-    "ClusterSpec", "calibrate", "cluster_spec",
+    "ClusterSpec", "calibrate", "cluster_spec", "set_cluster_spec",
     "keys", "kernels", "programs", "k", "k0", "k1", "k2", "k3",
 ]

@@ -47,7 +47,7 @@ import numpy as np
 from .optimizer.cluster import ClusterSpec
 from .runtime import workers_info
 
-__all__ = ["calibrate", "cluster_spec"]
+__all__ = ["calibrate", "cluster_spec", "set_cluster_spec"]
 
 _CACHE: dict = {}
 _CACHE_LOCKS: dict = {}
@@ -295,14 +295,82 @@ def _bandwidth(client, src: str, dest: str, nbytes: int) -> float:
 
 def cluster_spec(client, *, calibrate_: bool = True) -> ClusterSpec:
     """The cached spec of ``client``'s cluster: calibrated the first time it is asked
-    for (per scheduler address and worker set), or the defaults when
-    ``calibrate_`` is False."""
+    for, or the defaults when ``calibrate_`` is False.
+
+    A spec given for the cluster (:func:`set_cluster_spec`) or named by the Dask
+    config ``tra-dask.cluster-spec`` (a file ``ClusterSpec.save`` wrote) is used
+    instead of calibrating.
+
+    Cached per scheduler address and the workers' *shape*: the hosts they run on and
+    their threads.  A worker that died and was replaced on the same host (a new
+    address, the same machine) does not cost a new calibration, nor does a cluster
+    that lost workers (the recovery plans on the survivors with the spec measured
+    with them, for fewer sites — no new measurement while the cluster is in flux);
+    one more worker, or a worker on a new host, does."""
     info = workers_info(client)
     if not calibrate_:
         return ClusterSpec(sites=max(1, len(info)))
-    key = (client.scheduler.address, tuple(sorted(info)))
+    address, shape = client.scheduler.address, _shape(info)
+    key = (address, shape)
     with _CACHE_LOCKS.setdefault(key, threading.Lock()):  # threads asking at once: one calibration
         spec = _CACHE.get(key)
         if spec is None:
+            spec = _smaller(address, shape)
+        if spec is None:
+            spec = _from_config(len(info))
+            if spec is not None:
+                _CACHE[key] = spec
+        if spec is None:
             spec = _CACHE[key] = calibrate(client)
     return spec
+
+
+def _from_config(sites: int) -> ClusterSpec | None:
+    """The spec in the file that the Dask config ``tra-dask.cluster-spec`` names
+    (``DASK_TRA_DASK__CLUSTER_SPEC=path``: one calibration kept for every cluster of
+    that shape a process plans on), for ``sites`` sites; None when it is not set."""
+    import dask
+
+    path = dask.config.get("tra-dask.cluster-spec", None)
+    if not path:
+        return None
+    try:
+        spec = ClusterSpec.load(path)
+    except (OSError, ValueError, TypeError) as e:
+        raise ValueError(f"the Dask config tra-dask.cluster-spec = {path!r} is not a saved td.ClusterSpec "
+                         f"(ClusterSpec.save writes one): {e}") from None
+    return spec if spec.sites == sites else spec.with_sites(sites)
+
+
+def _smaller(address: str, shape: tuple) -> ClusterSpec | None:
+    """A spec measured on this scheduler's cluster when it had these workers and more
+    (the same hosts and threads), for this many sites; None if there is none."""
+    from collections import Counter
+
+    want = Counter(shape)
+    for (addr, had), spec in list(_CACHE.items()):
+        if addr == address and len(had) > len(shape) and not want - Counter(had):
+            return spec.with_sites(len(shape))
+    return None
+
+
+def set_cluster_spec(client, spec: ClusterSpec) -> None:
+    """Plan on ``client``'s cluster (its workers as they are now) with ``spec`` — one
+    measured before and kept in a file (``ClusterSpec.load(path)``), or written by
+    hand — instead of calibrating it on the first plan."""
+    if not isinstance(spec, ClusterSpec):
+        raise TypeError(f"spec must be a td.ClusterSpec (td.calibrate or ClusterSpec.load), "
+                        f"got {type(spec).__name__}")
+    info = workers_info(client)
+    if not info:
+        raise RuntimeError("the cluster has no workers: a spec is kept per cluster shape (hosts and threads "
+                           "of its workers); set it once the workers are up")
+    _CACHE[(client.scheduler.address, _shape(info))] = spec
+
+
+def _shape(info: dict) -> tuple:
+    """The workers as calibration sees them: (host, threads) of each, sorted."""
+    from urllib.parse import urlsplit
+
+    return tuple(sorted((urlsplit(addr).hostname or addr, int(w.get("nthreads", 1)))
+                        for addr, w in info.items()))

@@ -63,13 +63,26 @@ def matmul_workload(args):
     return A, B, C, (I, K, J)
 
 
-def make_plan(args, C):
-    """The plan for ``args.sites`` sites (optimized, or the paper's with --compiled), printed."""
+def make_plan(args, C, client=None):
+    """The plan for ``args.sites`` sites (optimized, or the paper's with --compiled), printed.
+    With a ``client``, optimized for its cluster (calibrated on the first plan, cached);
+    without, for the default :class:`~tra_dask.ClusterSpec`."""
     from . import compile as compiled_plan
     from . import optimize as optimized_plan
 
     t0 = time.perf_counter()
-    plan = compiled_plan(C, sites=args.sites) if args.compiled else optimized_plan(C, sites=args.sites)
+    if args.compiled:
+        plan = compiled_plan(C, sites=args.sites)
+    elif client is not None:
+        from .calibration import cluster_spec
+        from .runtime import plan_for
+
+        spec = cluster_spec(client)  # timed apart from the search: the first plan on a cluster measures it
+        print(f"  cluster spec ({time.perf_counter() - t0:.1f} s): {spec.source}")
+        t0 = time.perf_counter()
+        plan = plan_for(C, client, args.sites)
+    else:
+        plan = optimized_plan(C, sites=args.sites)
     how = "the paper's compiled plan (--compiled)" if args.compiled else (
         f"optimized in {time.perf_counter() - t0:.2f} s from {len(plan.alternatives) + 1} plans considered")
     print(f"  plan for {args.sites} sites: {how}")
@@ -190,7 +203,7 @@ def run_matmul(args) -> int:
         print(f"  cluster: {where}, {len(workers_info(client))} workers, {args.sites} sites"
               f"{' (all its workers; --sites to choose)' if chose and args.scheduler else ''} "
               f"(ready in {time.perf_counter() - t0:.1f} s)")
-        plan = make_plan(args, C)
+        plan = make_plan(args, C, client)
         t0 = time.perf_counter()
         rf = submit(plan, client=client, sites=args.sites, name=f"tra-dask run matmul {args.shape}")
         if args.progress:

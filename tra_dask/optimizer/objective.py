@@ -6,7 +6,8 @@ never looks inside a :class:`~tra_dask.optimizer.cost.Cost` itself: it ranks pla
 by the keys.  So a time model (predicted seconds on a calibrated cluster) drops in
 as another class with the same two attributes and ``__call__``.
 
-The default, :class:`FewestBytes`, is lexicographic:
+The default is :class:`FastestTime` (least predicted seconds, memory a hard
+limit); :class:`FewestBytes` is lexicographic:
 
 1. fits in memory (a plan over the limit loses to every plan within it; among plans
    over it, the smaller peak wins, so "no plan fits" can name the smallest peak);
@@ -131,10 +132,12 @@ class FastestTime:
 
 
 OBJECTIVES = {"time": FastestTime, "bytes": FewestBytes}
-# The default stays "bytes" until the time model proves itself on the clock:
-# benchmarks/time_model.py measures the time objective's choice fastest-or-within-10%
-# in 19 of 32 cases and the bytes objective's in 19 too (benchmarks/README.md).
-DEFAULT_OBJECTIVE = "bytes"
+# The time objective is the default since it proved itself on the clock:
+# benchmarks/time_model.py measured its choice fastest-or-within-10% in 22 of 32 and
+# 22 of 30 cases, the bytes objective's in 18 of 32 and 17 of 30 (two runs, 2 and 3
+# workers; benchmarks/README.md).  Without a cluster it predicts with ClusterSpec's
+# defaults; the runtime calibrates the cluster it plans for.
+DEFAULT_OBJECTIVE = "time"
 
 
 def as_objective(spec, memory_limit=None, cluster=None) -> Objective:

@@ -43,13 +43,13 @@ def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, pla
              sketch: bool = True) -> Plan:
     """Compile ``expr`` for ``sites`` sites and search for the cheapest equivalent plan.
 
-    ``objective`` says what cheapest means: ``"bytes"`` (the default,
-    :class:`~tra_dask.optimizer.objective.FewestBytes`: the fewest floats moved under
+    ``objective`` says what cheapest means: ``"time"`` (the default,
+    :class:`~tra_dask.optimizer.objective.FastestTime`: least predicted seconds on
+    ``cluster``, a :class:`~tra_dask.optimizer.cluster.ClusterSpec` — from
+    :func:`tra_dask.calibrate`, or the defaults), ``"bytes"``
+    (:class:`~tra_dask.optimizer.objective.FewestBytes`: the fewest floats moved under
     ``cost_model``, the busiest site's flops at an exchange rate, tasks and tuples as
-    tie-breakers), ``"time"`` (:class:`~tra_dask.optimizer.objective.FastestTime`:
-    least predicted seconds on ``cluster``, a
-    :class:`~tra_dask.optimizer.cluster.ClusterSpec` — from :func:`tra_dask.calibrate`,
-    or the defaults; giving a ``cluster`` selects it) or any
+    tie-breakers) or any
     :class:`~tra_dask.optimizer.objective.Objective`.  Every plan reports its
     predicted ``cost.seconds`` (on ``cluster`` or the defaults).
     Memory is a hard constraint: ``memory_limit`` is bytes per site, a number or a

@@ -17,6 +17,7 @@ from ..logical.nodes import toposort
 from ..lowering import Lowered, lower
 from ..optimizer import Plan, compile
 from ..optimizer.cache import PlanCache, signature
+from ..optimizer.objective import DEFAULT_OBJECTIVE
 from ..optimizer import optimize as _optimize
 from .cluster import WorkersLeft, _ensure_recorder, _resolve, _Vanished, workers_info
 from .futures import RelationFutures, Submission
@@ -28,9 +29,10 @@ def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool =
     """The plan :func:`submit` would run for ``expr`` on ``client``'s workers (with the
     fixed placements of data already on the cluster), without running it.
 
-    With ``objective="time"`` the plan is chosen for this cluster: it is measured once
-    (:func:`tra_dask.calibrate`, 1-3 s) and the spec cached per cluster;
-    ``calibrate=False`` uses the default :class:`~tra_dask.ClusterSpec` instead.
+    With the time objective (the default) the plan is chosen for this cluster: it is
+    measured on the first plan (:func:`tra_dask.calibrate`, ~3-4 s) and the spec cached
+    per cluster; ``calibrate=False`` uses the default :class:`~tra_dask.ClusterSpec`
+    instead.
     ``beam``, ``budget``: the search's width and length (see :func:`tra_dask.optimize`)."""
     options = dict(optimize=optimize, memory_limit=memory_limit, cost_model=cost_model, objective=objective,
                    calibrate=calibrate, beam=beam, budget=budget)
@@ -44,6 +46,8 @@ _PLANNED_FOR: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # plan_
 
 def _plan_for(expr, client, sites, *, optimize, memory_limit, cost_model, objective, calibrate, beam, budget):
     client, workers = _resolve(client, sites)
+    if objective is None:
+        objective = DEFAULT_OBJECTIVE
     if not isinstance(expr, (Relation, tuple, list, dict)) and hasattr(expr, "__tra_relation__"):
         expr = expr.__tra_relation__()
     expr = refresh_sources(expr, client)
@@ -53,19 +57,19 @@ def _plan_for(expr, client, sites, *, optimize, memory_limit, cost_model, object
     room = None
     if memory_limit is None:
         memory_limit = room = _memory_budget(client, workers)
-    cache = _plan_cache(client) if dask.config.get("tra-dask.plan-cache", True) else None
-    if cache is not None:
-        sig, sources = signature(expr, lambda s: placements[s].token if placements and s in placements else None)
-        key = (sig, tuple(workers), cost_model, _objective_token(objective), calibrate, beam, budget,
-               room is None and memory_limit)
-        plan = cache.get(key, expr, sources, accept=lambda p, limit: _fits(p, limit, memory_limit))
-        if plan is not None:
-            return plan
     cluster = None
     if objective == "time":
         from ..calibration import cluster_spec
 
         cluster = cluster_spec(client, calibrate_=calibrate).with_sites(len(workers))
+    cache = _plan_cache(client) if dask.config.get("tra-dask.plan-cache", True) else None
+    if cache is not None:
+        sig, sources = signature(expr, lambda s: placements[s].token if placements and s in placements else None)
+        key = (sig, tuple(workers), cost_model, _objective_token(objective), cluster, beam, budget,
+               room is None and memory_limit)
+        plan = cache.get(key, expr, sources, accept=lambda p, limit: _fits(p, limit, memory_limit))
+        if plan is not None:
+            return plan
     search = {k: v for k, v in (("beam", beam), ("budget", budget)) if v is not None}
     try:
         plan = _optimize(expr, sites=len(workers), placements=placements, memory_limit=memory_limit,
@@ -127,11 +131,11 @@ def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: 
         Search for the cheapest plan (default); False runs the paper's compiled plan.
     memory_limit : bytes per site, optional
         Default: the smallest memory limit of the chosen workers (if they have one).
-    objective : "bytes" (default), "time" or an Objective
+    objective : "time" (default), "bytes" or an Objective
         What the optimizer minimises (see :func:`tra_dask.optimize`).
     calibrate : bool
-        For the time objective: measure the cluster once (cached) rather than use
-        the default :class:`~tra_dask.ClusterSpec`.
+        For the time objective: measure the cluster on its first plan (cached, ~3-4 s)
+        rather than use the default :class:`~tra_dask.ClusterSpec`.
     name : str, optional
         What the dashboard's tra_dask page calls this submission (default: its
         outputs' labels).
