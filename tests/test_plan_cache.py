@@ -68,6 +68,9 @@ def test_a_rebound_plan_computes_the_new_data(sites):
         assert again.strategies() == plan.strategies()
         assert len(again.alternatives) == len(plan.alternatives)
         assert all(td.simulate(alt).result.keys() == got.keys() for alt in again.alternatives[:3])
+        # fused and timed when read (not when cached): the same as the first plan's
+        assert [(x.cost.tasks, x.cost.seconds) for x in again.alternatives] == [
+            (x.cost.tasks, x.cost.seconds) for x in plan.alternatives]
         def tree(p):
             return [ln for ln in p.explain().splitlines()[1:] if not ln.startswith("  search:")]
 
@@ -86,8 +89,11 @@ def test_the_cache_keeps_no_data_alive():
     gc.collect()
     assert ref() is None  # only the types and placements are kept
     nxt = _mm(np.ones((40, 30)), np.ones((30, 20)), (10, 10))
-    got = td.simulate(cache.get("k", nxt, _sources(nxt))).result
+    hit = cache.get("k", nxt, _sources(nxt))
+    got = td.simulate(hit).result
     np.testing.assert_allclose(td.to_numpy(nxt, got), np.full((40, 20), 30.0))
+    # its alternatives were never derived before it was cached: they are, over the new data
+    assert hit.alternatives and all(td.simulate(alt).result.keys() == got.keys() for alt in hit.alternatives)
 
 
 def test_lru_evicts_and_refuses():

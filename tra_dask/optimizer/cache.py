@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ..logical import Source, flatten_outputs
 from ..node import toposort
 from ..types import RelationType
+from .optimize import Alternatives
 from .plan import Plan, Stage
 
 __all__ = ["signature", "rebind", "PlanCache"]
@@ -100,7 +101,10 @@ def rebind(plan: Plan, old_sources: list, new_expr, new_sources: list, *, keep_s
     memo: dict = {}  # one for the plan, its alternatives and its compiled plan: shared nodes remade once
 
     def remake(p: Plan):
-        for node in toposort(p.outputs):
+        return remake_pair(p.outputs, p._cost)
+
+    def remake_pair(outputs, cost):
+        for node in toposort(outputs):
             if node in memo:
                 continue
             if node._op == "source" and node.source in swap:
@@ -109,13 +113,12 @@ def rebind(plan: Plan, old_sources: list, new_expr, new_sources: list, *, keep_s
                 memo[node] = _remade(node, dict(zip(node._children, (memo[c] for c in node.children))))
             else:
                 memo[node] = node
-        cost = p._cost
         if cost is not None:  # the same numbers, by the new nodes
             cost = dataclasses.replace(
                 cost, nodes={memo.get(n, n): _renamed(c, memo) for n, c in cost.nodes.items()},
                 node_seconds=None if cost.node_seconds is None else {memo.get(n, n): t for n, t in
                                                                      cost.node_seconds.items()})
-        return tuple(memo[o] for o in p.outputs), cost
+        return tuple(memo[o] for o in outputs), cost
 
     def again(p: Plan, **kw) -> Plan:
         outputs, cost = remake(p)
@@ -123,7 +126,9 @@ def rebind(plan: Plan, old_sources: list, new_expr, new_sources: list, *, keep_s
 
     if new_expr is None:  # everything now, nothing that holds the old sources
         c = plan._compiled
-        return again(plan, alternatives=tuple(again(a) for a in plan.alternatives),
+        pending = plan._alternatives
+        return again(plan, alternatives=(pending.rebound(remake_pair, None, None) if isinstance(pending, Alternatives)
+                                         else tuple(again(a) for a in plan.alternatives)),
                      compiled=again(c) if isinstance(c, Plan) else None,
                      search=_summary(plan.search),
                      stages=tuple(dataclasses.replace(st, plan=None) for st in plan.stages))  # theirs hold sources

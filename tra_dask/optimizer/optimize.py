@@ -104,9 +104,7 @@ def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, pla
         return works[id(outs)]
 
     def fused_cost(outs, cost):
-        """``cost`` counting only the tasks that remain after fusion, with its seconds."""
-        n = len(work_of(outs).into)
-        return cost if cost.seconds is not None and cost.fused == n else timed.annotate(cost.with_fused(n))
+        return _fused_cost(timed, work_of(outs), cost)
 
     def fused(outs, cost, **kw) -> Plan:
         """The plan after fusion (physical.work: a pass after placement)."""
@@ -124,15 +122,43 @@ def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, pla
             if obj(cost) < obj(chosen_cost):
                 chosen, chosen_cost = outs, cost
 
-    def alternatives():  # costed when first read: the search's order, the chosen plan left out
-        seen, out = [chosen], []
-        for outs, cost in ((res.best, res.best_cost), *res.alternatives):
+    alternatives = Alternatives(chosen, [(res.best, res.best_cost), *res.alternatives], timed, fusion, sites,
+                                cost_model, rebuild, expr)
+    return fused(chosen, chosen_cost, compiled=compiled, search=res, alternatives=alternatives, stages=stages)
+
+
+def _fused_cost(timed, work, cost):
+    """``cost`` counting only the tasks that remain after ``work``'s fusion, with its
+    seconds under the ``timed`` objective."""
+    n = len(work.into)
+    return cost if cost.seconds is not None and cost.fused == n else timed.annotate(cost.with_fused(n))
+
+
+class Alternatives:
+    """A plan's alternatives (the search's runners-up, in its order, the chosen plan
+    left out), fused and timed when first read: deriving each one's fusion costs a
+    few ms, which a first submission should not pay for plans it never shows.  The
+    plan cache keeps a data-free copy by :meth:`rebound` without deriving them."""
+
+    def __init__(self, chosen, pairs, timed, fusion, sites, cost_model, rebuild, expr):
+        self.chosen, self.pairs = chosen, list(pairs)
+        self.timed, self.fusion, self.sites, self.cost_model = timed, fusion, sites, cost_model
+        self.rebuild, self.expr = rebuild, expr
+
+    def __call__(self) -> list:
+        seen, out = [self.chosen], []
+        for outs, cost in self.pairs:
             if all(outs != o for o in seen):
                 seen.append(outs)
-                out.append(fused(outs, cost))
+                work = plan_work(outs, fusion=self.fusion)
+                out.append(Plan(outs, self.rebuild, self.sites, self.cost_model, self.expr,
+                                cost=_fused_cost(self.timed, work, cost), fusion=self.fusion, work=work))
         return out
 
-    return fused(chosen, chosen_cost, compiled=compiled, search=res, alternatives=alternatives, stages=stages)
+    def rebound(self, remake, rebuild, expr) -> "Alternatives":
+        """The same, over the nodes ``remake((outputs, cost)) -> (outputs, cost)`` gives."""
+        return Alternatives(remake(self.chosen, None)[0], [remake(o, c) for o, c in self.pairs], self.timed,
+                            self.fusion, self.sites, self.cost_model, rebuild, expr)
 
 
 def _plan(outputs, rebuild, sites, cost_model, expr, cost) -> Plan:
