@@ -127,7 +127,7 @@ def rebind(plan: Plan, old_sources: list, new_expr, new_sources: list, *, keep_s
     if new_expr is None:  # everything now, nothing that holds the old sources
         c = plan._compiled
         pending = plan._alternatives
-        return again(plan, alternatives=(pending.rebound(remake_pair, None, None) if isinstance(pending, Alternatives)
+        return again(plan, alternatives=(pending.rebound(remake_pair) if isinstance(pending, Alternatives)
                                          else tuple(again(a) for a in plan.alternatives)),
                      compiled=again(c) if isinstance(c, Plan) else None,
                      search=_summary(plan.search),

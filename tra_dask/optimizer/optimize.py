@@ -94,44 +94,50 @@ def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, pla
     stages.append(Stage("check", best, time.perf_counter() - t0,
                         "outputs are the expression's relations; peak within the memory limit"))
     timed = obj if hasattr(obj, "annotate") else FastestTime(cluster=cluster)  # seconds are always reported
-    fusion = fusion_for(timed.spec(sites))
-
-    works: dict = {}  # id(outputs) -> their work: each plan's fusion is derived once
-
-    def work_of(outs):
-        if id(outs) not in works:
-            works[id(outs)] = plan_work(outs, fusion=fusion)
-        return works[id(outs)]
-
-    def fused_cost(outs, cost):
-        return _fused_cost(timed, work_of(outs), cost)
-
-    def fused(outs, cost, **kw) -> Plan:
-        """The plan after fusion (physical.work: a pass after placement)."""
-        return Plan(outs, rebuild, sites, cost_model, expr, cost=fused_cost(outs, cost), fusion=fusion,
-                    work=work_of(outs), **kw)
+    fuse = _Fuser(timed, fusion_for(timed.spec(sites)), sites, cost_model, rebuild, expr)
 
     chosen, chosen_cost = res.best, res.best_cost
     if isinstance(obj, FastestTime):  # fusion removes tasks the search counted: re-rank its best few
-        chosen_cost = fused_cost(chosen, chosen_cost)
+        chosen_cost = fuse.cost(chosen, chosen_cost)
         spec = obj.spec(sites)
         for outs, cost in [(o, c) for o, c in res.alternatives if o != res.best][:RERANK]:
             if obj.seconds(cost) - cost.tasks * spec.task_overhead >= chosen_cost.seconds:
                 continue  # slower than the chosen plan even if every task fused
-            cost = fused_cost(outs, cost)
+            cost = fuse.cost(outs, cost)
             if obj(cost) < obj(chosen_cost):
                 chosen, chosen_cost = outs, cost
 
-    alternatives = Alternatives(chosen, [(res.best, res.best_cost), *res.alternatives], timed, fusion, sites,
-                                cost_model, rebuild, expr)
-    return fused(chosen, chosen_cost, compiled=compiled, search=res, alternatives=alternatives, stages=stages)
+    alternatives = Alternatives(chosen, [(res.best, res.best_cost), *res.alternatives], fuse)
+    return fuse.plan(chosen, chosen_cost, compiled=compiled, search=res, alternatives=alternatives, stages=stages)
 
 
-def _fused_cost(timed, work, cost):
-    """``cost`` counting only the tasks that remain after ``work``'s fusion, with its
-    seconds under the ``timed`` objective."""
-    n = len(work.into)
-    return cost if cost.seconds is not None and cost.fused == n else timed.annotate(cost.with_fused(n))
+class _Fuser:
+    """Plans after fusion (:mod:`tra_dask.physical.work`: a pass after placement),
+    their costs counting only the tasks that remain, with seconds under ``timed``;
+    each plan's fusion derived once."""
+
+    def __init__(self, timed, fusion, sites, cost_model, rebuild, expr):
+        self.timed, self.fusion, self.sites, self.cost_model = timed, fusion, sites, cost_model
+        self.rebuild, self.expr = rebuild, expr
+        self.works: dict = {}  # id(outputs) -> their work
+
+    def work(self, outs):
+        w = self.works.get(id(outs))
+        if w is None:
+            w = self.works[id(outs)] = plan_work(outs, fusion=self.fusion)
+        return w
+
+    def cost(self, outs, cost):
+        n = len(self.work(outs).into)
+        return cost if cost.seconds is not None and cost.fused == n else self.timed.annotate(cost.with_fused(n))
+
+    def plan(self, outs, cost, **kw) -> Plan:
+        return Plan(outs, self.rebuild, self.sites, self.cost_model, self.expr, cost=self.cost(outs, cost),
+                    fusion=self.fusion, work=self.work(outs), **kw)
+
+    def without_data(self) -> "_Fuser":
+        """The same cluster and model, holding no expression (nor works over its sources)."""
+        return _Fuser(self.timed, self.fusion, self.sites, self.cost_model, None, None)
 
 
 class Alternatives:
@@ -140,25 +146,22 @@ class Alternatives:
     few ms, which a first submission should not pay for plans it never shows.  The
     plan cache keeps a data-free copy by :meth:`rebound` without deriving them."""
 
-    def __init__(self, chosen, pairs, timed, fusion, sites, cost_model, rebuild, expr):
-        self.chosen, self.pairs = chosen, list(pairs)
-        self.timed, self.fusion, self.sites, self.cost_model = timed, fusion, sites, cost_model
-        self.rebuild, self.expr = rebuild, expr
+    def __init__(self, chosen, pairs, fuse: _Fuser):
+        self.chosen, self.pairs, self.fuse = chosen, list(pairs), fuse
 
     def __call__(self) -> list:
         seen, out = [self.chosen], []
         for outs, cost in self.pairs:
             if all(outs != o for o in seen):
                 seen.append(outs)
-                work = plan_work(outs, fusion=self.fusion)
-                out.append(Plan(outs, self.rebuild, self.sites, self.cost_model, self.expr,
-                                cost=_fused_cost(self.timed, work, cost), fusion=self.fusion, work=work))
+                out.append(self.fuse.plan(outs, cost))
         return out
 
-    def rebound(self, remake, rebuild, expr) -> "Alternatives":
-        """The same, over the nodes ``remake((outputs, cost)) -> (outputs, cost)`` gives."""
-        return Alternatives(remake(self.chosen, None)[0], [remake(o, c) for o, c in self.pairs], self.timed,
-                            self.fusion, self.sites, self.cost_model, rebuild, expr)
+    def rebound(self, remake) -> "Alternatives":
+        """The same, data-free, over the nodes ``remake(outputs, cost) -> (outputs,
+        cost)`` gives."""
+        return Alternatives(remake(self.chosen, None)[0], [remake(o, c) for o, c in self.pairs],
+                            self.fuse.without_data())
 
 
 def _plan(outputs, rebuild, sites, cost_model, expr, cost) -> Plan:
