@@ -41,7 +41,10 @@ import datetime
 import statistics
 import threading
 import time
+from collections import Counter
+from urllib.parse import urlsplit
 
+import dask
 import numpy as np
 
 from .optimizer.cluster import ClusterSpec
@@ -49,8 +52,9 @@ from .runtime import workers_info
 
 __all__ = ["calibrate", "cluster_spec", "set_cluster_spec"]
 
-_CACHE: dict = {}
+_CACHE: dict = {}  # (scheduler address, cluster shape) -> spec
 _CACHE_LOCKS: dict = {}
+_KEY_OF: dict = {}  # (scheduler address, its workers' addresses) -> the _CACHE key of that shape
 
 
 def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.15,
@@ -293,7 +297,7 @@ def _bandwidth(client, src: str, dest: str, nbytes: int) -> float:
     return nbytes / best
 
 
-def cluster_spec(client, *, calibrate_: bool = True) -> ClusterSpec:
+def cluster_spec(client, *, calibrate_: bool = True, workers=None) -> ClusterSpec:
     """The cached spec of ``client``'s cluster: calibrated the first time it is asked
     for, or the defaults when ``calibrate_`` is False.
 
@@ -306,22 +310,25 @@ def cluster_spec(client, *, calibrate_: bool = True) -> ClusterSpec:
     address, the same machine) does not cost a new calibration, nor does a cluster
     that lost workers (the recovery plans on the survivors with the spec measured
     with them, for fewer sites — no new measurement while the cluster is in flux);
-    one more worker, or a worker on a new host, does."""
+    one more worker, or a worker on a new host, does.
+
+    ``workers``: the addresses of all the cluster's workers, sorted, when the caller
+    has just asked the scheduler (a repeated submission): a cluster seen before is
+    then looked up without asking again."""
+    address = client.scheduler.address
+    if calibrate_ and workers is not None:
+        key = _KEY_OF.get((address, tuple(workers)))
+        if key in _CACHE:
+            return _CACHE[key]
     info = workers_info(client)
     if not calibrate_:
         return ClusterSpec(sites=max(1, len(info)))
-    address, shape = client.scheduler.address, _shape(info)
-    key = (address, shape)
+    shape = _shape(info)
+    key = _KEY_OF[(address, tuple(sorted(info)))] = (address, shape)
     with _CACHE_LOCKS.setdefault(key, threading.Lock()):  # threads asking at once: one calibration
         spec = _CACHE.get(key)
         if spec is None:
-            spec = _smaller(address, shape)
-        if spec is None:
-            spec = _from_config(len(info))
-            if spec is not None:
-                _CACHE[key] = spec
-        if spec is None:
-            spec = _CACHE[key] = calibrate(client)
+            spec = _CACHE[key] = (_smaller(address, shape) or _from_config(len(info)) or calibrate(client))
     return spec
 
 
@@ -345,8 +352,6 @@ def _from_config(sites: int) -> ClusterSpec | None:
 def _smaller(address: str, shape: tuple) -> ClusterSpec | None:
     """A spec measured on this scheduler's cluster when it had these workers and more
     (the same hosts and threads), for this many sites; None if there is none."""
-    from collections import Counter
-
     want = Counter(shape)
     for (addr, had), spec in list(_CACHE.items()):
         if addr == address and len(had) > len(shape) and not want - Counter(had):
@@ -370,7 +375,5 @@ def set_cluster_spec(client, spec: ClusterSpec) -> None:
 
 def _shape(info: dict) -> tuple:
     """The workers as calibration sees them: (host, threads) of each, sorted."""
-    from urllib.parse import urlsplit
-
     return tuple(sorted((urlsplit(addr).hostname or addr, int(w.get("nthreads", 1)))
                         for addr, w in info.items()))

@@ -279,11 +279,12 @@ class RelationFutures(Mapping):
         Data sent to the client is not counted, nor a transfer of the same key to a
         worker where none of its tasks read it (another submission's); another
         submission reading the same input on the same worker at the same time would
-        be.  Times are the workers' own clocks.  After a recovery: the first run's and the recovery's
-        transfers, as the surviving workers logged them."""
+        be.  Times are the workers' own clocks.  After a recovery: the first run's and
+        the recovery's transfers, as the surviving workers logged them."""
         self.wait()
+        lows = self._submission.generations or [self.lowered]  # after a recovery: every part that ran
         reads: dict = {}  # worker -> the keys this submission's tasks there read
-        for low in self._submission.generations or [self.lowered]:  # after a recovery: every part that ran
+        for low in lows:
             for w, tasks in low.layers.items():
                 mine = reads.setdefault(w, set())
                 for t in tasks.values():
@@ -304,7 +305,7 @@ class RelationFutures(Mapping):
                     total += sum(n for k, n in e["keys"].items() if k in wanted)
             return total
 
-        senders = sorted(live & {w for low in self._submission.generations or [self.lowered] for w in low.workers})
+        senders = sorted(live & {w for low in lows for w in low.workers})
         total = int(sum(self.client.run(count, workers=senders).values()))
         if self._recorded:
             try:

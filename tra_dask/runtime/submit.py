@@ -61,7 +61,7 @@ def _plan_for(expr, client, sites, *, optimize, memory_limit, cost_model, object
     if objective == "time":
         from ..calibration import cluster_spec
 
-        cluster = cluster_spec(client, calibrate_=calibrate).with_sites(len(workers))
+        cluster = cluster_spec(client, calibrate_=calibrate, workers=workers).with_sites(len(workers))
     cache = _plan_cache(client) if dask.config.get("tra-dask.plan-cache", True) else None
     if cache is not None:
         sig, sources = signature(expr, lambda s: placements[s].token if placements and s in placements else None)
