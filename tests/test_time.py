@@ -303,6 +303,34 @@ def test_calibrated_rates_are_throughput_over_a_window():
     assert rate < 5.0 / 1.0  # the fastest call's rate would be 5
 
 
+def test_bandwidth_is_measured_with_every_worker_moving_at_once():
+    """A plan's shuffle moves on every link at once: calibration's transfer pairs make
+    each worker send one array and receive one — within each host a ring, across
+    hosts every worker from one on another host."""
+    from collections import Counter
+
+    from tra_dask.calibration import _rings
+
+    def every_worker_once(pairs, workers):
+        return Counter(s for s, _ in pairs) == Counter(d for _, d in pairs) == Counter(workers)
+
+    w = ["a1", "a2", "a3"]
+    local, remote = _rings(w, ["a"] * 3)
+    assert every_worker_once(local, w) and remote == [] and all(s != d for s, d in local)
+    local, remote = _rings(["a"], ["h"])
+    assert local == remote == []
+    w, hosts = ["a1", "a2", "a3", "b1", "b2", "b3"], ["a"] * 3 + ["b"] * 3
+    host = dict(zip(w, hosts))
+    local, remote = _rings(w, hosts)
+    assert every_worker_once(local, w) and all(host[s] == host[d] for s, d in local)
+    assert every_worker_once(remote, w) and all(host[s] != host[d] for s, d in remote)
+    w, hosts = ["a1", "a2", "b1", "c1"], ["a", "a", "b", "c"]  # b and c have no local ring
+    host = dict(zip(w, hosts))
+    local, remote = _rings(w, hosts)
+    assert sorted(local) == [("a1", "a2"), ("a2", "a1")]
+    assert remote and all(host[s] != host[d] for s, d in remote)
+
+
 def test_calibrate_bad_input():
     with pytest.raises(TypeError, match="calibrate needs a distributed.Client"):
         td.calibrate("tcp://127.0.0.1:8786")

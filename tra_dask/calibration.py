@@ -17,9 +17,14 @@ A few seconds of measurements on the cluster itself (runtime layer: it talks to
   return every freed array to the OS, so each new one faults its pages in again
   (3.5-8 GB/s there, and 0.5-3 GB/s when the VM's host has not backed the pages
   yet).  Memory a worker never touched before is not modelled;
-* **bandwidth** — an array made on one worker, then read by a task pinned to another
-  (seconds beyond an empty task's, per byte), within a host and, when the workers
-  span hosts, between hosts;
+* **bandwidth** — as a plan's Broadcast/Shuffle uses the links: every worker at once
+  reads an array made on another (a ring: each sends one and receives one), seconds
+  beyond a round of empty tasks, per byte — within a host (each host's workers in a
+  ring) and, when the workers span hosts, between hosts (each worker from one on
+  another host).  Transfers at once share the cores that serialise and copy them:
+  with 3 workers on the development VM's 2 cores a ring gets 0.6-1.1 GB/s per worker
+  where one transfer alone gets 1.7-3.1 GB/s (a 2-worker ring: 1.2-1.9 vs 1.5-3.0);
+  the shuffles of a plan ran at the ring's rate;
 * **overheads** — two tra_dask plans on tiny chunks (so kernels and bytes are
   negligible) with few and with many tasks, submitted and waited for as a user does:
   the line through them gives the seconds per submission and per task;
@@ -215,17 +220,6 @@ def _noop(*args):  # noqa: ARG001
     return None
 
 
-def _one_trip(client, dep, worker) -> float:
-    """Seconds for a task on ``worker`` that reads the future ``dep`` (None: an empty task)."""
-    t0 = time.perf_counter()
-    fut = (client.submit(_size, dep, workers=[worker], allow_other_workers=False, pure=False) if dep is not None
-           else client.submit(_noop, workers=[worker], allow_other_workers=False, pure=False))
-    fut.result()
-    dt = time.perf_counter() - t0
-    fut.release()
-    return dt
-
-
 def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
     """Measure ``client``'s cluster (module doc) and return its :class:`ClusterSpec`
     (``spec.source`` says when and where it was measured; ``spec.seconds`` how long
@@ -251,21 +245,11 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
     peak, half = _blas_fit(med["blas64"], med["blas512"])
     rates = {"blas": peak, "elementwise": med["elementwise"]}
     submit_overhead, task_overhead = _overheads(client, workers)
-    # bandwidth: an array made on one worker, read by a task on another
+    # bandwidth: every worker at once reads an array made on another
     hosts = [info[w].get("host") or w.rsplit(":", 1)[0] for w in workers]
-    local = remote = None
-    if len(workers) > 1:
-        src = workers[0]
-        same = next((w for w, h in zip(workers[1:], hosts[1:]) if h == hosts[0]), None)
-        other = next((w for w, h in zip(workers[1:], hosts[1:]) if h != hosts[0]), None)
-        for dest in (same, other):
-            if dest is None:
-                continue
-            bw = _bandwidth(client, src, dest, transfer_bytes)
-            if dest == same:
-                local = bw
-            else:
-                remote = bw
+    local_pairs, remote_pairs = _rings(workers, hosts)
+    local = _bandwidth(client, local_pairs, transfer_bytes) if local_pairs else None
+    remote = _bandwidth(client, remote_pairs, transfer_bytes) if remote_pairs else None
     bandwidth = remote or local or 4.5e8
     threads = min(int(info[w].get("nthreads") or 1) for w in workers)
     host_ids = {h: i for i, h in enumerate(dict.fromkeys(hosts))}
@@ -284,17 +268,58 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
         f"{rates['blas']:.3g}/s, in a plan {blas:.3g}/s)"))
 
 
-def _bandwidth(client, src: str, dest: str, nbytes: int) -> float:
-    """Bytes/s of one transfer ``src`` -> ``dest`` (beyond an empty task's time)."""
-    best = float("inf")
-    for _ in range(2):
-        data = client.submit(_make, nbytes, workers=[src], allow_other_workers=False, pure=False)
-        data.result()
-        empty = min(_one_trip(client, None, dest) for _ in range(2))
-        trip = _one_trip(client, data, dest)
-        best = min(best, max(trip - empty, 1e-6))
-        data.release()
-    return nbytes / best
+def _rings(workers: list, hosts: list) -> tuple[list, list]:
+    """``(local, remote)`` transfer pairs ``(source, destination)`` in which every
+    worker sends one array and receives one: each host's workers in a ring (hosts
+    with one worker have none), and the workers taken host by host in turn, each
+    from the one before it that is on another host."""
+    by_host: dict = {}
+    for w, h in zip(workers, hosts):
+        by_host.setdefault(h, []).append(w)
+    local = [(ws[i - 1], ws[i]) for ws in by_host.values() if len(ws) > 1 for i in range(len(ws))]
+    if len(by_host) < 2:
+        return local, []
+    turns = [list(ws) for ws in by_host.values()]
+    order = []  # round robin over hosts: neighbours are on different hosts
+    while any(turns):
+        for ws in turns:
+            if ws:
+                order.append(ws.pop(0))
+    host_of = dict(zip(workers, hosts))
+    remote = [(order[i - 1], order[i]) for i in range(len(order)) if host_of[order[i - 1]] != host_of[order[i]]]
+    return local, remote
+
+
+def _bandwidth(client, pairs: list, nbytes: int, rounds: int = 3) -> float:
+    """Bytes/s per worker while every ``(source, destination)`` pair moves ``nbytes``
+    at once, beyond a round of empty tasks on the destinations at once: all the
+    rounds' bytes over all their time (as :func:`_throughput`: a slow round counts,
+    as it does in a plan — the best round alone read 1.1 to 2.1 GB/s in two
+    calibrations of one 2-worker cluster minutes apart)."""
+    from distributed import wait
+
+    dests = [d for _, d in pairs]
+
+    def at_once(deps) -> float:
+        t0 = time.perf_counter()
+        futs = [client.submit(_size if dep is not None else _noop, *([dep] if dep is not None else []),
+                              workers=[d], allow_other_workers=False, pure=False) for dep, d in zip(deps, dests)]
+        wait(futs)
+        dt = time.perf_counter() - t0
+        for f in futs:
+            f.release()
+        return dt
+
+    taken = 0.0
+    for _ in range(rounds):
+        data = {s: client.submit(_make, nbytes, workers=[s], allow_other_workers=False, pure=False)
+                for s in dict.fromkeys(s for s, _ in pairs)}
+        wait(list(data.values()))
+        empty = min(at_once([None] * len(pairs)) for _ in range(2))
+        taken += max(at_once([data[s] for s, _ in pairs]) - empty, 1e-6)
+        for f in data.values():
+            f.release()
+    return rounds * nbytes / taken
 
 
 def cluster_spec(client, *, calibrate_: bool = True, workers=None) -> ClusterSpec:
