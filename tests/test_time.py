@@ -52,7 +52,7 @@ def _by_hand(plan, spec):
         if flops.any():
             t = t + flops / (kernel_rate(n, spec) * spec.threads)
         if isinstance(n, (Broadcast, Shuffle)):
-            t = t + np.maximum(recv[n], send[n]) * n.type.dtype.itemsize / spec.link_bandwidth
+            t = t + (recv[n] + send[n]) * n.type.dtype.itemsize / spec.link_bandwidth
         if isinstance(n, (LocalJoin, LocalAggregate)) or (isinstance(n, LocalMap) and isinstance(n.op, KeyArrayMap)):
             w = work[n]  # each kernel task makes one new array: its first tuple's chunk
             made = n.type.chunk_sizes[n.layout.rows[w.task_tuple]] * n.type.dtype.itemsize

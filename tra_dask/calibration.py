@@ -18,13 +18,15 @@ A few seconds of measurements on the cluster itself (runtime layer: it talks to
   (3.5-8 GB/s there, and 0.5-3 GB/s when the VM's host has not backed the pages
   yet).  Memory a worker never touched before is not modelled;
 * **bandwidth** — as a plan's Broadcast/Shuffle uses the links: every worker at once
-  reads an array made on another (a ring: each sends one and receives one), seconds
-  beyond a round of empty tasks, per byte — within a host (each host's workers in a
-  ring) and, when the workers span hosts, between hosts (each worker from one on
-  another host).  Transfers at once share the cores that serialise and copy them:
-  with 3 workers on the development VM's 2 cores a ring gets 0.6-1.1 GB/s per worker
-  where one transfer alone gets 1.7-3.1 GB/s (a 2-worker ring: 1.2-1.9 vs 1.5-3.0);
-  the shuffles of a plan ran at the ring's rate;
+  reads an array made on another (a ring: each sends one and receives one), the
+  bytes each worker sent plus received per second beyond a round of empty tasks —
+  within a host (each host's workers in a ring) and, when the workers span hosts,
+  between hosts (each worker from one on another host).  Transfers at once share
+  the cores that serialise and copy them: with 3 workers on the development VM's 2
+  cores a ring moved 0.6-1.1 GB/s each way per worker where one transfer alone got
+  1.7-3.1 GB/s (a 2-worker ring: 1.2-1.9 vs 1.5-3.0), and the shuffles of a plan ran
+  at the ring's rate — a transfer is work at both ends, which the time model charges
+  (:mod:`tra_dask.optimizer.time`);
 * **overheads** — two tra_dask plans on tiny chunks (so kernels and bytes are
   negligible) with few and with many tasks, submitted and waited for as a user does:
   the line through them gives the seconds per submission and per task;
@@ -272,7 +274,8 @@ def _rings(workers: list, hosts: list) -> tuple[list, list]:
     """``(local, remote)`` transfer pairs ``(source, destination)`` in which every
     worker sends one array and receives one: each host's workers in a ring (hosts
     with one worker have none), and the workers taken host by host in turn, each
-    from the one before it that is on another host."""
+    from the one before it where that one is on another host (with unequal hosts a
+    worker may only send or only receive)."""
     by_host: dict = {}
     for w, h in zip(workers, hosts):
         by_host.setdefault(h, []).append(w)
@@ -291,8 +294,9 @@ def _rings(workers: list, hosts: list) -> tuple[list, list]:
 
 
 def _bandwidth(client, pairs: list, nbytes: int, rounds: int = 3) -> float:
-    """Bytes/s per worker while every ``(source, destination)`` pair moves ``nbytes``
-    at once, beyond a round of empty tasks on the destinations at once: all the
+    """Bytes/s a worker sends plus receives while every ``(source, destination)``
+    pair moves ``nbytes`` at once (each worker one of each: ``2 * nbytes``), beyond a
+    round of empty tasks on the destinations at once: all the
     rounds' bytes over all their time (as :func:`_throughput`: a slow round counts,
     as it does in a plan — the best round alone read 1.1 to 2.1 GB/s in two
     calibrations of one 2-worker cluster minutes apart)."""
@@ -319,7 +323,7 @@ def _bandwidth(client, pairs: list, nbytes: int, rounds: int = 3) -> float:
         taken += max(at_once([data[s] for s, _ in pairs]) - empty, 1e-6)
         for f in data.values():
             f.release()
-    return rounds * nbytes / taken
+    return 2 * rounds * nbytes / taken
 
 
 def cluster_spec(client, *, calibrate_: bool = True, workers=None) -> ClusterSpec:

@@ -43,8 +43,9 @@ def _positive(where: str, name: str, v) -> float:
 class ClusterSpec:
     """What the time model knows about a cluster (module doc).
 
-    ``sites``: workers.  ``memory_per_site``: bytes.  ``bandwidth``: bytes/s between
-    two workers on different hosts; ``bandwidth_local``: within one host (default:
+    ``sites``: workers.  ``memory_per_site``: bytes.  ``bandwidth``: bytes/s a
+    worker moves to and from workers on other hosts, sent plus received (the time
+    model charges a site both); ``bandwidth_local``: within one host (default:
     ``bandwidth``).  ``hosts``: the host of each site (default: all on one host).
     ``rates``: kernel class -> peak rate per thread; ``blas_half_size``: the
     product size n (of n×n×n) at which a matmul runs at half its peak.

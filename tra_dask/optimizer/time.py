@@ -7,7 +7,7 @@ tasks.  Per node and site:
 
     seconds = flops / (rate of the kernel's class at its chunk size × threads)
             + bytes of the new arrays its kernel tasks make / new-memory bandwidth
-            + max(floats received, floats sent) × itemsize / link bandwidth
+            + (floats received + floats sent) × itemsize / link bandwidth
 
 A node takes as long as its busiest site (its sites work side by side; one that
 finishes early idles, which is how imbalance costs time).  The plan's makespan is
@@ -24,6 +24,15 @@ event simulation because the search can afford it per candidate (a sum of
 memoised per-node terms) and because the lowered graph runs node by node on each
 site.  It does not model a site starting the next node while another still works
 on the previous one (pipelining), nor transfers sharing a link with computation.
+
+A site's transfers cost it for the bytes it sends *and* for those it receives: a
+transfer between worker processes is work at both ends (serialising, copying through
+the socket, allocating), on the cores the site's kernels use, so a site that sends
+while it receives does not get both for free.  ``td.calibrate`` measures the link as a
+plan's shuffle uses it (every worker sending one array while receiving one) and
+counts both directions: a one-way copy alone then takes what it takes alone (1.7-3.1
+GB/s between two of 3 workers on the development VM's 2 cores, where the ring's
+both-ways rate read 1.2-2.2 GB/s), and a shuffle what the ring took.
 
 Kernel classes: ``"blas"`` for kernels built on a matrix product (compute bound; the
 rate falls on small chunks, see :class:`ClusterSpec`), ``"elementwise"`` for every
@@ -91,7 +100,7 @@ def node_seconds_per_site(nc, spec: ClusterSpec) -> np.ndarray:
     if _kernel_of(node) is not None and nc.made_per_site is not None:
         out += nc.made_per_site / spec.fresh_bandwidth  # a kernel's results: new arrays
     if isinstance(node, (Broadcast, Shuffle)) and nc.recv_per_site is not None:
-        link = np.maximum(nc.recv_per_site, nc.send_per_site) * node.type.dtype.itemsize
+        link = (nc.recv_per_site + nc.send_per_site) * node.type.dtype.itemsize  # both ends work
         out += link / spec.link_bandwidth
     return out
 
