@@ -120,6 +120,8 @@ EXPRESSIONS = {
     "numpy @ td": (lambda: a @ A.T + 1, lambda: a @ a.T + 1),
     "ffnn layer": (lambda: np.maximum(A @ A.T, 0).sum(axis=1), lambda: np.maximum(a @ a.T, 0).sum(1)),
     "nearest neighbour": (lambda: ((D[0] - A) ** 2).sum(axis=1).argmin(), lambda: ((d[0] - a) ** 2).sum(1).argmin()),
+    "scalar ** array": (lambda: 2.0 ** A, lambda: 2.0 ** a),
+    "array ** array": (lambda: abs(A) ** C, lambda: abs(a) ** c),
 }
 
 
@@ -256,6 +258,20 @@ def test_auto_chunking_on_cluster(client, sub):
     _check(x.compute(client), np.einsum(sub, *big))
 
 
+@pytest.mark.parametrize("sub", ["ij,jk->ik", "ijk,jr,kr->ir"])
+def test_auto_chunking_on_cluster_with_dask_and_numpy_inputs(client, sub):
+    """Mixed inputs, chunks="auto": the dask operands' chunks are candidates (kept or
+    re-chunked, whichever the plan predicts faster), the numpy ones are cut to match."""
+    rank = max(len(t) for t in sub.split("->")[0].split(","))
+    big = _operands(sub, 4, scale={2: 40, 3: 8}.get(rank, 3))
+    mixed = [da.from_array(x, chunks=tuple(max(1, n // 3) for n in x.shape)) if i == 0 else x
+             for i, x in enumerate(big)]
+    x = td.einsum(sub, *mixed)
+    note = x.plan(client).stage("chunking").note
+    assert "(kept)" in note or "(chosen)" in note
+    _check(x.compute(client), np.einsum(sub, *big))
+
+
 def test_dask_inputs_stay_where_they_are(client):
     """A dask input whose chunks are kept is a cluster-resident source with a fixed
     placement: its blocks are read where they live."""
@@ -348,6 +364,78 @@ def test_chunking_respects_the_memory_limit():
     _check(td.to_numpy(rel), a @ b)
     with pytest.raises(ValueError, match=r"no chunking fits in memory|no plan fits"):
         x.to_relation(sites=3, memory_limit=20_000)
+
+
+def test_chunking_on_one_site_respects_the_memory_limit():
+    """One site: one block per index unless that does not fit; then the chunking that does."""
+    r = np.random.default_rng(11)
+    a, b = r.standard_normal((600, 600)), r.standard_normal((600, 600))
+    x = td.einsum("ij,jk->ik", a, b)
+    _, whole = x.to_relation(sites=1)
+    assert "1 block(s) of 600" in whole.stage("chunking").note and "2 block(s)" not in whole.stage("chunking").note
+    limit = 13_500_000  # A, B and C whole (8.6 MB) plus two 2.9 MB chunks in flight do not fit; halves do
+    rel, tight = x.to_relation(sites=1, memory_limit=limit)
+    assert whole.cost.peak_bytes_per_site.max() > limit >= tight.cost.peak_bytes_per_site.max()
+    assert "2 block(s) of 300" in tight.stage("chunking").note
+    _check(td.to_numpy(rel), a @ b)
+    with pytest.raises(ValueError, match=r"no chunking fits in memory"):
+        x.to_relation(sites=1, memory_limit=7_000_000)
+
+
+def _region_values(region):  # a chunk-free function of the global index (module level: picklable)
+    i, j = (np.arange(s.start, s.stop, dtype=np.float64) for s in region)
+    return np.sin(np.add.outer(i * 0.37, j * 0.11))
+
+
+def test_arrays_made_on_the_workers_get_their_chunking_chosen():
+    """``from_region`` / ``programs.uniform_array``: the values do not depend on the
+    chunking, so any chunking the optimizer picks computes the same array."""
+    from tra_dask.programs import UniformRegion, uniform_array
+
+    whole = _region_values((slice(0, 57), slice(0, 31)))
+    x = td.from_region(_region_values, (57, 31), "float64")
+    assert x.shape == (57, 31) and x.chunks is None
+    for chunks in [None, 7, (20, 31), (57, 4)]:
+        y = td.from_region(_region_values, (57, 31), "float64", chunks=chunks)
+        _check(td.to_numpy(y @ y.T), whole @ whole.T)
+    u = UniformRegion((57, 31), seed=4)
+    full = u((slice(0, 57), slice(0, 31)))
+    assert -1 <= full.min() < -0.9 and 0.9 < full.max() < 1 and abs(full.mean()) < 0.1
+    assert not np.array_equal(full, UniformRegion((57, 31), seed=5)((slice(0, 57), slice(0, 31))))
+    _check(u((slice(13, 40), slice(3, 30))), full[13:40, 3:30])
+    w = uniform_array((57, 31), seed=4, dtype="float32")
+    rel, plan = (w.T @ x).to_relation(sites=3)
+    assert "(chosen)" in plan.stage("chunking").note
+    _check(td.to_numpy(rel), full.astype(np.float32).T @ whole)
+
+
+def test_bad_region_functions():
+    with pytest.raises(TypeError, match="must be callable"):
+        td.from_region(3, (2, 2), "float64")
+    with pytest.raises(ValueError, match="empty axis"):
+        td.from_region(_region_values, (0, 2), "float64")
+    with pytest.raises(TypeError, match="not supported"):
+        td.from_region(_region_values, (2, 2), "complex128")
+    liar = td.from_region(lambda r: np.zeros((1, 1)), (4, 4), "float64", chunks=2)
+    with pytest.raises(ValueError, match=r"returned shape \(1, 1\) for the region \[\(0, 2\), \(0, 2\)\]"):
+        td.to_numpy(liar + 1.0)
+
+
+def test_arrays_made_on_the_workers_on_cluster(client):
+    """On 3 workers: the chunks are made where the plan puts them (free sources, no
+    data from the client), in the chunking chosen with the plan."""
+    from tra_dask.logical import FromFunction
+    from tra_dask.programs import UniformRegion, uniform_array
+
+    x, w = uniform_array((300, 200), seed=1), uniform_array((200, 90), seed=2)
+    y = (x @ w).sum(axis=1)
+    plan = y.plan(client)
+    srcs = [n for n in plan.nodes if isinstance(n, PSource)]
+    assert srcs and all(isinstance(n.source, FromFunction) and n.free for n in srcs)
+    assert "(chosen)" in plan.stage("chunking").note
+    xf = UniformRegion((300, 200), 1)((slice(0, 300), slice(0, 200)))
+    wf = UniformRegion((200, 90), 2)((slice(0, 200), slice(0, 90)))
+    _check(y.compute(client), (xf @ wf).sum(axis=1))
 
 
 def test_dask_chunks_are_kept_when_they_are_good():

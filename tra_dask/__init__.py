@@ -22,7 +22,7 @@ from .logical import (
 )
 from .logical import check_outputs
 from .logical import to_numpy as _relation_to_numpy
-from .frontend import Array, asarray, dot, einsum, from_array, matmul, tensordot
+from .frontend import Array, asarray, dot, einsum, from_array, from_region, matmul, tensordot
 from .optimizer import ClusterSpec, Plan, compile, optimize
 from .physical import All, KeySites, Part, simulate
 from .types import ArrayType, RelationType
@@ -94,7 +94,7 @@ def __getattr__(name):
     raise AttributeError(f"module 'tra_dask' has no attribute {name!r}")
 
 __all__ = [
-    "Array", "einsum", "matmul", "tensordot", "dot", "from_array", "asarray",
+    "Array", "einsum", "matmul", "tensordot", "dot", "from_array", "from_region", "asarray",
     "Relation", "Kernel", "kernel", "ArrayType", "RelationType",
     "from_numpy", "from_chunks", "from_function",
     "aggregate", "join", "rekey", "filter", "transform", "tile", "concat",

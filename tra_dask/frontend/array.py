@@ -22,7 +22,7 @@ from .chunking import check_chunking
 from .einsum import parse
 from .nodes import ArgReduce, Einsum, Elementwise, Leaf, Permute, Reduce, ScalarOp, Slice, Take, Unary
 
-__all__ = ["Array", "from_array", "asarray", "einsum", "matmul", "tensordot", "dot"]
+__all__ = ["Array", "from_array", "from_region", "asarray", "einsum", "matmul", "tensordot", "dot"]
 
 _UNARY_UFUNCS = {np.exp: "exp", np.log: "log", np.negative: "neg", np.absolute: "abs", np.sqrt: "sqrt",
                  np.tanh: "tanh"}
@@ -88,6 +88,43 @@ def from_array(x, chunks=None, name: str | None = None) -> "Array":
         fixed = tuple(min(int(b), n) for b, n in zip(fixed, shape))  # a block is at most the extent
     label = name or f"array[{'x'.join(map(str, shape)) or 'scalar'} {x.dtype}]"
     return Array(Leaf(shape, np.dtype(x.dtype), data=x, kind="numpy", chunks=fixed, name=label))
+
+
+def from_region(fn, shape, dtype, chunks="auto", name: str | None = None) -> "Array":
+    """An :class:`Array` made on the workers: ``fn(region)`` returns the values of
+    ``region`` (a tuple of slices, one per axis) as an array of that region's shape.
+    Each chunk is made on the site the plan puts it (nothing passes through the
+    client), and the chunking is chosen with the plan (``chunks="auto"``, or None)
+    unless ``chunks`` is given (an int or a block size per axis) — so ``fn``'s values must not depend on how the
+    array is cut: what it returns for a region is that region of one array.  ``fn``
+    must be picklable for a cluster (a module-level function or a picklable object,
+    as :class:`tra_dask.programs.UniformRegion`).
+
+    >>> import tra_dask as td
+    >>> x = from_region(lambda r: np.add.outer(*(np.arange(s.start, s.stop) for s in r)), (3, 4), "int64")
+    >>> td.to_numpy(x.sum(axis=0))
+    array([ 3,  6,  9, 12])
+    """
+    from ..types import normalize_chunks
+
+    where = f"from_region {name or getattr(fn, '__name__', '')}".rstrip()
+    if not callable(fn):
+        raise TypeError(f"{where}: fn must be callable (a tuple of slices -> the array of that region), got {fn!r}")
+    try:
+        shape = tuple(int(n) for n in shape)
+    except TypeError:
+        raise TypeError(f"{where}: shape must be a tuple of ints, got {shape!r}") from None
+    if any(n < 1 for n in shape):
+        raise ValueError(f"{where}: shape {shape} has an empty axis; tra_dask arrays need every extent >= 1")
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biuf":
+        raise TypeError(f"{where}: dtype {dtype} is not supported; use bool, integer or floating arrays")
+    fixed = None
+    if chunks is not None and not (isinstance(chunks, str) and chunks == "auto"):
+        fixed = normalize_chunks(chunks, shape, where=where) if shape else ()
+        fixed = tuple(min(int(b), n) for b, n in zip(fixed, shape))
+    label = name or f"{getattr(fn, '__name__', type(fn).__name__)}[{'x'.join(map(str, shape)) or 'scalar'} {dtype}]"
+    return Array(Leaf(shape, dtype, data=fn, kind="function", chunks=fixed, name=label))
 
 
 def _relation_leaf(rel, name):
@@ -201,10 +238,8 @@ class Array:
     def __truediv__(self, o): return self._binary(o, "div")
     def __rtruediv__(self, o): return self._binary(o, "div", True)
 
-    def __pow__(self, o):
-        if not _is_scalar(o):
-            raise TypeError("td.Array ** needs a scalar exponent")
-        return self._binary(o, "pow")
+    def __pow__(self, o): return self._binary(o, "pow")
+    def __rpow__(self, o): return self._binary(o, "pow", True)
 
     def __neg__(self): return self._unary("neg")
     def __abs__(self): return self._unary("abs")

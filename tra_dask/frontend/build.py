@@ -11,6 +11,8 @@ axes both operands carry; a reduction aggregates over the reduced key dims.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import logical as L
@@ -40,6 +42,35 @@ def _rekey(rel, exprs):
     if all(isinstance(e, Dim) and e.i == d for d, e in enumerate(exprs)) and len(exprs) == rel.type.arity:
         return rel
     return L.rekey(rel, key_map(exprs))
+
+
+@dataclass(frozen=True, eq=False)
+class RegionChunks:
+    """The chunk loader of a :func:`~tra_dask.frontend.array.from_region` array cut in
+    blocks of ``chunks``: the chunk under key ``k`` is ``fn`` of its region, checked
+    to have the region's shape (a function that returns something else is an error
+    naming the region, not a wrong result) and cast to ``dtype``."""
+
+    fn: object
+    shape: tuple
+    chunks: tuple
+    dtype: object
+
+    def __call__(self, key):
+        region = tuple(slice(k * c, min((k + 1) * c, n)) for k, c, n in zip(key, self.chunks, self.shape))
+        out = np.asarray(self.fn(region))
+        want = tuple(r.stop - r.start for r in region)
+        if out.shape != want:
+            raise ValueError(f"from_region: {self.fn!r} returned shape {out.shape} for the region "
+                             f"{[(r.start, r.stop) for r in region]}, which has shape {want}")
+        return out.astype(self.dtype, copy=False)
+
+    def __eq__(self, other):
+        return (type(other) is RegionChunks and self.fn is other.fn and self.shape == other.shape
+                and self.chunks == other.chunks and self.dtype == other.dtype)
+
+    def __hash__(self):
+        return hash((id(self.fn), self.shape, self.chunks, str(self.dtype)))
 
 
 class Builder:
@@ -75,6 +106,9 @@ class Builder:
             return node.data
         if node.kind == "dask":
             return self.dask_source(node.data, chunks, node.name)
+        if node.kind == "function":
+            return L.from_function(RegionChunks(node.data, node.shape, chunks, node.dtype), node.shape, chunks if node.ndim else (),
+                                   node.dtype, name=node.name)
         return L.from_numpy(node.data, chunks if node.ndim else (), name=node.name)
 
     # -- einsum -------------------------------------------------------------

@@ -12,7 +12,9 @@ candidates, until no single change helps.  Candidates come from the cluster size
 (grids that fit p, p², p³ sites) and the extents; memory rules a candidate out
 when no plan fits.  A dask array's chunks are a candidate of its class like any
 other: keeping them costs nothing extra, re-chunking is what the plan under the
-other candidate costs (plus the re-chunk, done by dask, not counted yet).
+other candidate costs plus the re-chunk (done by dask; its transfer and tasks are
+predicted, :func:`~tra_dask.frontend.run._rechunk_seconds`).  With one site, free
+classes get one block unless no plan then fits in memory.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ class AxisClasses:
                         continue
                     ci = self.of[(n, a)]
                     self.fixed[ci].setdefault(b, []).append(n.name)
-                    if n.kind in ("relation", "numpy"):  # the user (or the relation) fixed them
+                    if n.kind in ("relation", "numpy", "function"):  # the user (or the relation) fixed them
                         self.rigid[ci].setdefault(b, []).append(n.name)
         self.given: list = [None] * len(self.classes)  # einsum(..., chunks=) of the user
         for n in self.nodes:
@@ -222,8 +224,9 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None) -> Choice:
     ``blocks`` (a block size per class); it raises ``ValueError`` when no plan fits
     in memory.  ``final(blocks)``, when given, plans the :data:`FINALISTS` best
     chunkings again with the full search (``evaluate`` may be a quick, narrower one
-    that misranks close candidates) and the best of those wins.  With one site (or
-    no free class) there is nothing to choose: free classes get one block.
+    that misranks close candidates) and the best of those wins.  With no free class
+    there is nothing to choose; with one site free classes get one block unless no
+    plan then fits in memory, and the search looks for a chunking that does.
     """
     t0 = time.perf_counter()
     cands = [cl.candidates(ci, sites) for ci in range(len(cl.classes))]
@@ -243,7 +246,9 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None) -> Choice:
 
     # start: every class at its first candidate (fixed chunks / one block) ...
     start = [c[0] for c in cands]
-    if sites > 1 and free:
+    # one site has nothing to spread: one block per free class, unless that does not fit
+    search = bool(free) and (sites > 1 or cost(start) == math.inf)
+    if search:
         # ... or every free class at the same number of blocks, whichever is fastest
         starts = [start]
         for count in sorted({1, sites, 2 * sites, sites * sites}):
@@ -265,7 +270,7 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None) -> Choice:
                         best, improved = trial, True
     else:
         best = start
-    if final is not None and sites > 1 and free:
+    if final is not None and search:
         ranked = sorted((v[1], k) for k, v in tried.items() if v[1] < math.inf)[:FINALISTS]
         ranked = [(t, k) for t, k in ranked if t <= ranked[0][0] * FINALIST_MARGIN]
         full = {}

@@ -55,10 +55,11 @@ class ANode:
 @dataclass(frozen=True, eq=False)
 class Leaf(ANode):
     """Data: a numpy/cupy array (chunks free or given), a dask array (its chunks,
-    where it lives), or a TRA relation of a chunk grid (its chunks)."""
+    where it lives), a TRA relation of a chunk grid (its chunks), or a function of a
+    region made on the workers (chunks free or given: ``from_region``)."""
 
     data: Any = None
-    kind: str = "numpy"             # "numpy", "dask" or "relation"
+    kind: str = "numpy"             # "numpy", "dask", "relation" or "function"
     chunks: tuple | None = None     # a block size per axis when fixed
     name: str = ""
 

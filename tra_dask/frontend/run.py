@@ -167,11 +167,16 @@ def _choose(x, sites: int, plan_rel, dask_source, spec, context=()):
         seen = _CHOICES.get(structure)
     if seen is not None:  # the same structure was chosen for before: its chunking, planned over this data
         blocks, order, why = seen
-        paths = {n: p for n, p in zip(multi, order) if p is not None}
-        evaluate(blocks, paths, placeholders=False, quick=False)
-        rel, best = built[(tuple(blocks), tuple(paths.get(n) for n in multi), False, False)][:2]
-        why = f"{why} (the choice made before for an expression of this structure)"
-        return rel, best.with_stage(Stage("chunking", None, time.perf_counter() - t0, why)), None
+        before = {n: p for n, p in zip(multi, order) if p is not None}
+        try:
+            evaluate(blocks, before, placeholders=False, quick=False)
+        except ValueError as e:  # it does not fit where it did (less memory now): choose again
+            if "no plan fits" not in str(e):
+                raise
+        else:
+            rel, best = built[(tuple(blocks), tuple(before.get(n) for n in multi), False, False)][:2]
+            why = f"{why} (the choice made before for an expression of this structure)"
+            return rel, best.with_stage(Stage("chunking", None, time.perf_counter() - t0, why)), None
     choice = choose(cl, sites, evaluate, final=lambda blocks: evaluate(blocks, quick=False))
     notes = []
     for node in multi:  # the contraction order: opt_einsum's candidates, costed under the chosen chunking
@@ -217,13 +222,13 @@ def build_local(x, sites: int = 1, memory_limit=None):
         return L.from_numpy(cache[id(arr)][1], chunks if arr.ndim else (), name=name)
 
     def plan_rel(rel, quick):
-        if sites == 1:
+        if sites == 1 and memory_limit is None:  # nothing to place, nothing to fit: the paper's plan
             from ..optimizer import compile as _compile
 
             return _compile(rel, sites=1)
         return optimize(rel, sites=sites, objective="time", cluster=spec, **(QUICK if quick else {}))
 
-    rel, p, _ = _choose(x, sites, plan_rel, local_dask, spec)
+    rel, p, _ = _choose(x, sites, plan_rel, local_dask, spec, context=(memory_limit,))
     return rel, p
 
 

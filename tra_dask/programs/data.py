@@ -37,3 +37,55 @@ def random_uniform(shape, chunks, *, seed: int = 0, dtype="float64", name: str |
     chunks = normalize_chunks(chunks, shape, where=f"random_uniform {name or ''}".rstrip())
     dtype = np.dtype(dtype)
     return from_function(UniformChunks(shape, chunks, int(seed), dtype.str), shape, chunks, dtype, name=name)
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+@dataclass(frozen=True)
+class UniformRegion:
+    """Region loader of U(-1, 1) values that do not depend on the chunking: element
+    ``i`` (its row-major index in ``shape``) is splitmix64 of ``(seed, i)``, so any
+    region of the array is the same whatever blocks cut it and wherever they are
+    made (a picklable value for :func:`tra_dask.from_region`).
+
+    >>> u = UniformRegion((4, 6), seed=3)
+    >>> bool((u((slice(1, 3), slice(2, 5))) == u((slice(0, 4), slice(0, 6)))[1:3, 2:5]).all())
+    True
+    """
+
+    shape: tuple
+    seed: int = 0
+    dtype: str = "float64"
+
+    def __call__(self, region):
+        idx = np.zeros((), dtype=np.uint64)
+        stride = 1
+        for a in range(len(self.shape) - 1, -1, -1):
+            r = region[a]
+            axis = np.arange(r.start, r.stop, dtype=np.uint64) * np.uint64(stride)
+            idx = idx + axis.reshape((-1,) + (1,) * (len(self.shape) - 1 - a))
+            stride *= int(self.shape[a])
+        with np.errstate(over="ignore"):
+            z = idx + np.uint64(self.seed % 2**64) * _GOLDEN + _GOLDEN
+            z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            z = z ^ (z >> np.uint64(31))
+        u = (z >> np.uint64(11)).astype(np.float64) * (2.0 ** -53)
+        return (2.0 * u - 1.0).astype(self.dtype, copy=False)
+
+
+def uniform_array(shape, *, seed: int = 0, dtype="float64", chunks="auto", name: str | None = None):
+    """A :class:`td.Array` of U(-1, 1) values made on the workers (:class:`UniformRegion`),
+    its chunking chosen with the plan (``chunks="auto"``) or given.
+
+    >>> x = uniform_array((5, 4), seed=1)
+    >>> x.shape, x.dtype
+    ((5, 4), dtype('float64'))
+    """
+    from ..frontend import from_region
+
+    shape = tuple(int(n) for n in shape)
+    dtype = np.dtype(dtype)
+    return from_region(UniformRegion(shape, int(seed), dtype.str), shape, dtype, chunks=chunks,
+                       name=name or f"uniform[{'x'.join(map(str, shape))} {dtype}]")
