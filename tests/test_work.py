@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 from dask.local import get_sync
 from dask.task_spec import DataNode
+from dask.task_spec import List as DaskList
 from dask.task_spec import Task as DaskTask
 
 import tra_dask as td
 from tra_dask.keys import insert_dim, k0, k1
 from tra_dask.logical.evaluate import flatten_outputs
 from tra_dask.logical.sources import ClusterSource
-from tra_dask.lowering import lower
+from tra_dask.lowering import lower, tasks
 from tra_dask.physical import (Broadcast, LocalAggregate, LocalJoin, Part, PSource, Shuffle, node_work,
                                plan_work)
 from tra_dask.physical.work import Fusion
@@ -178,11 +179,18 @@ def check_work(plan):
 
 
 def _nested_keys(task) -> set:
-    """Keys of the tasks nested (fused) inside ``task``."""
+    """Keys of the tasks nested (fused) inside ``task`` (a fold's deferred inputs are
+    ``[key, func, *args]`` lists)."""
+    return _nested(task.func, task.args)
+
+
+def _nested(func, args) -> set:
     out = set()
-    for a in getattr(task, "args", ()):
-        if isinstance(a, DaskTask):
-            out |= {a.key} | _nested_keys(a)
+    for a in args:
+        if func is tasks.fold_deferred and isinstance(a, DaskList):
+            out |= {a.args[0]} | _nested(a.args[1], a.args[2:])
+        elif isinstance(a, DaskTask):
+            out |= {a.key} | _nested(a.func, a.args)
     return out
 
 
@@ -315,3 +323,42 @@ def test_a_plan_with_cheap_tasks_fused_lowers_and_computes_the_expression(sites)
     assert len(plan.work.into) > len(plan_work(plan.outputs, fusion=Fusion(1)).into)
     lo = check_work(plan)
     assert lo.ntasks == plan.cost.tasks < plan_work(plan.outputs, fuse=False).ntasks
+
+
+def test_a_fold_makes_its_fused_inputs_one_at_a_time():
+    """``tasks.fold_deferred``: each deferred input is made just before it is folded
+    in, so at most the running result and one input are alive (``tasks.fold``'s
+    inputs, all made before it runs, would be ten)."""
+    import weakref
+
+    alive, most = [0], [0]
+
+    def gone():
+        alive[0] -= 1
+
+    def make(v):
+        x = np.full(3, float(v))
+        alive[0] += 1
+        weakref.finalize(x, gone)
+        most[0] = max(most[0], alive[0])
+        return x
+
+    items = [[("product", i), make, i] for i in range(10)]
+    got = tasks.fold_deferred(np.add, (), ((3,), "float64", "test", None, ()), (True,) * 10, *items)
+    np.testing.assert_array_equal(got, np.full(3, 45.0))
+    assert most[0] <= 2, most
+    # deferred and plain inputs mix, in order (a fold that is not commutative)
+    sub = lambda a, b: a - b  # noqa: E731
+    got = tasks.fold_deferred(sub, (), ((3,), "float64", "test", None, ()), (False, True, False),
+                              np.full(3, 10.0), [("p", 1), make, 4], np.full(3, 1.0))
+    np.testing.assert_array_equal(got, np.full(3, 5.0))
+
+
+@pytest.mark.parametrize("sites", [2, 3])
+def test_partial_products_fused_into_their_fold_are_deferred(sites):
+    """A site's partial products fused into their sum are made inside the fold one at
+    a time; the graph still runs the work's tasks and computes the expression."""
+    plan = td.optimize(_many_small_blocks(), sites)
+    lo = check_work(plan)
+    folds = [t for layer in lo.layers.values() for t in layer.values() if t.func is tasks.fold_deferred]
+    assert folds and all(any(isinstance(a, DaskList) for a in t.args) for t in folds)

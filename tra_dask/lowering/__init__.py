@@ -14,7 +14,10 @@ a task nor a byte (an alias), and an array another move of the plan already brou
 to that site is read from that copy there.  Local operators become kernel tasks on
 their site; LocalFilter, pure rekeys and aggregation groups of one are aliases.  An
 aggregation group of several is one task, folding (or concatenating) its chunks in
-key order.
+key order; inputs fused into it (a site's partial products) are each made just
+before they are folded in (``tasks.fold_deferred``), not all before the fold
+(``dask.config.set({"tra-dask.fold-one-at-a-time": False})``: all before, as
+``tasks.fold`` — for comparison).
 
 A task the work fuses into its one reader (``PlanWork.into``: local computations on
 one site, chosen after placement) is emitted as a nested call inside that reader's
@@ -32,10 +35,11 @@ import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import dask
 import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
-from dask.task_spec import Task, TaskRef
+from dask.task_spec import List, Task, TaskRef
 
 from ..physical import (Broadcast, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PSource, Shuffle, result_copies)
 from ..physical.work import NodeWork, PlanWork, plan_work
@@ -59,6 +63,7 @@ class Lowered:
     moves: dict = field(default_factory=dict)      # (source key, site) -> the key of that transfer
     work: PlanWork | None = None                   # what the graph runs: physical.work's derivation
     fused: dict = field(default_factory=dict)      # key of a fused task -> its Task, until its reader takes it
+    defer: bool = True                             # folds make their fused inputs one at a time
 
     @property
     def ntasks(self) -> int:
@@ -80,7 +85,7 @@ def lower(plan, workers: list, token: str) -> Lowered:
     """Lower ``plan`` (its sites are ``workers[0..s-1]``) under the unique ``token``."""
     if len(workers) != plan.sites:
         raise ValueError(f"the plan is for {plan.sites} sites but {len(workers)} workers were given")
-    out = Lowered(token, list(workers))
+    out = Lowered(token, list(workers), defer=bool(dask.config.get("tra-dask.fold-one-at-a-time", True)))
     out.work = work = plan.work if hasattr(plan, "work") else plan_work(plan.outputs)
     inner: dict = {}
     for n, t in work.into:
@@ -219,7 +224,12 @@ def _visit_aggregate(node: LocalAggregate, w: NodeWork, task_keys: list, out: Lo
         if w.kind == "concat":
             _task(out, site, key, tasks.concat, k.array_dim, *refs)
         else:
-            _task(out, site, key, tasks.fold, k.fn, k.params, checks[t], *refs)
+            deferred = tuple(type(r) is Task and not r.kwargs for r in refs)
+            if out.defer and any(deferred) and len(refs) > 1:  # fused inputs made as they are folded in
+                items = [List(r.key, r.func, *r.args) if d else r for r, d in zip(refs, deferred)]
+                _task(out, site, key, tasks.fold_deferred, k.fn, k.params, checks[t], deferred, *items)
+            else:
+                _task(out, site, key, tasks.fold, k.fn, k.params, checks[t], *refs)
 
 
 def _visit_filter(node: LocalFilter, w: NodeWork, task_keys: list, out: Lowered):

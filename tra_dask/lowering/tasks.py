@@ -25,6 +25,19 @@ def fold(fn, params, check, *chunks):
     return check_chunk(functools.reduce(lambda a, b: fn(a, b, *params), chunks), *check)
 
 
+def fold_deferred(fn, params, check, deferred, *items):
+    """:func:`fold` of a group some of whose inputs are computations fused into it:
+    an input whose flag in ``deferred`` is set is ``[key, func, *args]`` (``key``: the
+    fused task's), called only when it is folded in, so the group holds the running
+    result and one input at a time (a site's partial products of a contraction are not
+    all alive at once)."""
+    acc = None
+    for flag, item in zip(deferred, items):
+        x = item[1](*item[2:]) if flag else item
+        acc = x if acc is None else fn(acc, x, *params)
+    return check_chunk(acc, *check)
+
+
 def concat(axis, *chunks):
     from ..kernels import array_module
 
