@@ -3,10 +3,18 @@
 On a real LocalCluster (2, then 3 workers x 1 thread), calibrated with
 ``td.calibrate``: for matmul (3 shapes x float32/float64 x 2 chunkings), nearest
 neighbour and the FFNN step, the chosen plan and one alternative per other
-strategy (and the plan the *default* ClusterSpec would choose, when it differs) run
-**interleaved** (repeat r runs every plan once before r+1), each on fresh inputs
-persisted on the workers before its clock starts.  Per plan: predicted seconds,
-measured min/median, the prediction's error; per case: chosen / fastest.
+strategy (and the plan the *default* ClusterSpec, and the bytes objective, would
+choose, when another strategy) run **interleaved** (repeat r runs every plan once
+before r+1, each round starting one plan later).
+
+Every plan of a round runs on the *same placement* of its inputs: a round persists
+the inputs once with Dask (where Dask puts each block is the round's placement — it
+varies a lot from one persist to the next), and each run gets its own copy made
+block by block on those same workers (new keys: no run finds another's copies), so
+the plans compared in a round are compared on the same data layout, and the chosen
+plan is the one the time objective picks for it.  Per plan: predicted seconds (the
+median of its rounds'), measured min/median, the prediction's error; per case:
+chosen / fastest.
 
     python benchmarks/time_model.py [--repeat 3] [--scale 0.5] [--quick] [--only 'blocks 8x8x8']
 """
@@ -18,8 +26,11 @@ import itertools
 import statistics
 import sys
 import time
+import uuid
 
 import dask.array as da
+import numpy as np
+from distributed import wait
 
 import tra_dask as td
 from _harness import LoadWatch, machine_line, plans_to_time, start_cluster, strategy
@@ -31,42 +42,75 @@ CHUNKINGS = {"general": [(4, 4, 4), (8, 8, 8)], "common-large-dim": [(1, 8, 1), 
              "two-large-dims": [(4, 1, 4), (8, 2, 8)]}
 
 
-def _persist(client, shape, chunks, dtype, seed):
-    rng = da.random.default_rng(seed)
-    return client.persist(rng.random(shape, chunks=chunks, dtype=dtype))
+def _block(seed, idx, shape, dtype):
+    return np.random.default_rng([seed, *idx]).random(shape, dtype=dtype)
+
+
+class Inputs:
+    """The inputs of one round: the k-th array a build asks for is persisted by Dask
+    the first time (its blocks' workers are the round's placement of that input) and
+    made again block by block on the same workers every later time, under new keys."""
+
+    def __init__(self, client, seed: int):
+        self.client, self.seed, self.where, self.k = client, seed, {}, 0
+
+    def copy(self):
+        """Start a new copy of every input (the next build gets the same placement)."""
+        self.k = 0
+        return self
+
+    def __call__(self, shape, chunks, dtype):
+        k, self.k = self.k, self.k + 1
+        seed = self.seed * 16 + k
+        if k not in self.where:
+            x = self.client.persist(da.random.default_rng(seed).random(shape, chunks=chunks, dtype=dtype))
+            wait(x)
+            who = self.client.who_has(x)
+            self.where[k] = {key[1:]: who[key][0] for key in who}
+            return x
+        blocks = da.core.normalize_chunks(chunks, shape)
+        name = f"tm-input-{uuid.uuid4().hex[:12]}"
+        dsk = {}
+        for idx in np.ndindex(*(len(b) for b in blocks)):
+            bshape = tuple(b[i] for b, i in zip(blocks, idx))
+            dsk[(name,) + idx] = self.client.submit(_block, seed, idx, bshape, dtype, key=(name,) + idx,
+                                                    workers=[self.where[k][idx]], allow_other_workers=False,
+                                                    pure=False)
+        wait(list(dsk.values()))
+        return da.Array(dsk, name, chunks=blocks, dtype=dtype)
 
 
 def cases(scale: float, dtypes):
-    """(name, dtype, build(client, seed) -> expr over persisted inputs)."""
+    """(name, dtype, build(client, make) -> expr over inputs ``make(shape, chunks, dtype)`` gives)."""
     for shape, dims in MATMUL.items():
         I, K, J = (max(1, int(d * scale)) for d in dims)
         for blocks in CHUNKINGS[shape]:
             bi, bk, bj = blocks
             for dtype in dtypes:
-                def build(client, seed, I=I, K=K, J=J, bi=bi, bk=bk, bj=bj, dtype=dtype):
-                    a = _persist(client, (I, K), (-(-I // bi), -(-K // bk)), dtype, seed)
-                    b = _persist(client, (K, J), (-(-K // bk), -(-J // bj)), dtype, seed + 1)
+                def build(client, make, I=I, K=K, J=J, bi=bi, bk=bk, bj=bj, dtype=dtype):
+                    a = make((I, K), (-(-I // bi), -(-K // bk)), dtype)
+                    b = make((K, J), (-(-K // bk), -(-J // bj)), dtype)
                     return matmul(td.from_dask_array(a, client=client, name="A"),
                                   td.from_dask_array(b, client=client, name="B"))
 
                 yield f"matmul {shape} {I}x{K}x{J} blocks {bi}x{bk}x{bj}", dtype, build
     N, D = int(150_000 * scale), 600
     for dtype in dtypes:
-        def build_nn(client, seed, dtype=dtype):
-            q = _persist(client, (D,), (D // 2,), dtype, seed)
-            X = _persist(client, (N, D), (-(-N // 8), D // 2), dtype, seed + 1)
-            A = _persist(client, (D, D), (D // 2, D // 2), dtype, seed + 2)
+        def build_nn(client, make, dtype=dtype):
+            q = make((D,), (D // 2,), dtype)
+            X = make((N, D), (-(-N // 8), D // 2), dtype)
+            A = make((D, D), (D // 2, D // 2), dtype)
             return nearest_neighbor(*(td.from_dask_array(x, client=client, name=n) for x, n in
                                       ((q, "q"), (X, "X"), (A, "A"))))
 
         yield f"nearest neighbour N={N} D={D}", dtype, build_nn
     n, d, h, l = (int(10_000 * scale), 1600, int(10_000 * scale), 10)
     for dtype in dtypes:
-        def build_ffnn(client, seed, dtype=dtype):
-            X = _persist(client, (n, d), (-(-n // 4), d // 2), dtype, seed)
-            Y = _persist(client, (n, l), (-(-n // 4), l), dtype, seed + 1)
-            W1 = _persist(client, (d, h), (d // 2, -(-h // 4)), dtype, seed + 2)
-            W2 = _persist(client, (h, l), (-(-h // 4), l), dtype, seed + 3)
+        def build_ffnn(client, make, dtype=dtype):
+            X = make((n, d), (-(-n // 4), d // 2), dtype)
+            Y = make((n, l), (-(-n // 4), l), dtype)
+            W1 = make((d, h), (d // 2, -(-h // 4)), dtype)
+            W2 = make((h, l), (-(-h // 4), l), dtype)
             return ffnn_sgd_step(*(td.from_dask_array(x, client=client, name=nm) for x, nm in
                                    ((X, "X"), (Y, "Y"), (W1, "W1"), (W2, "W2"))), 0.1)
 
@@ -87,39 +131,49 @@ def _same_strategy(plan, picked):
 
 def run_case(client, build, repeat, seeds, k_alternatives):
     """Time the chosen plan, one alternative per other strategy and the default
-    spec's choice, interleaved.  Returns [(label, predicted s, [walls], busy runs)]."""
-    plan = td.plan_for(build(client, next(seeds)), client, objective="time")
-    picks = plans_to_time(plan, k_alternatives)
-    chosen_strategy = picks[0][1].split(": ", 1)[1]
-    others = {}  # the plan the default spec, and the bytes objective, would choose (when another strategy)
-    for label, kw in (("chosen with the default spec", dict(objective="time", calibrate=False)),
-                      ("chosen by bytes", dict(objective="bytes"))):
-        q = td.plan_for(build(client, next(seeds)), client, **kw)
-        name = strategy(q) or "compiled"
-        if name != chosen_strategy:
-            others[f"{label}: {name}"] = kw
-    labels = [name for _, name in picks] + list(others)
-    walls = {lab: [] for lab in labels}
-    predicted = {}
-    busy = {lab: 0 for lab in labels}
-    for _ in range(repeat):
-        for i, lab in enumerate(labels):
-            seed = next(seeds)
-            if i < len(picks):
-                p = _same_strategy(td.plan_for(build(client, seed), client, objective="time"), picks[i])
-                if p is None:  # new inputs sit elsewhere: this strategy was not among the plans this time
-                    continue
+    spec's and the bytes objective's choices, interleaved, each round on one
+    placement (module doc).  Returns [(label, predicted s, [walls], busy runs)]."""
+    labels, picks, others, chosen_as = None, None, {}, []
+    walls, predicted, busy = {}, {}, {}
+    for r in range(repeat):
+        inputs = Inputs(client, next(seeds))
+        plan = td.plan_for(build(client, inputs.copy()), client, objective="time")  # the round's placement
+        if labels is None:
+            picks = plans_to_time(plan, k_alternatives)
+            chosen_strategy = picks[0][1].split(": ", 1)[1]
+            for label, kw in (("chosen with the default spec", dict(objective="time", calibrate=False)),
+                              ("chosen by bytes", dict(objective="bytes"))):
+                q = td.plan_for(build(client, inputs.copy()), client, **kw)
+                name = strategy(q) or "compiled"
+                if name != chosen_strategy:
+                    others[f"{label}: {name}"] = kw
+            labels = ["chosen"] + [name for _, name in picks[1:]] + list(others)
+            walls, predicted = ({lab: [] for lab in labels} for _ in range(2))
+            busy = {lab: 0 for lab in labels}
+        for lab in labels[r % len(labels):] + labels[:r % len(labels)]:
+            expr = build(client, inputs.copy())  # this run's own copy, on the round's placement
+            if lab == "chosen":
+                p = td.plan_for(expr, client, objective="time")  # what the time objective picks here
+                chosen_as.append(strategy(p) or "compiled")
+            elif lab in others:
+                p = td.plan_for(expr, client, **others[lab])
             else:
-                p = td.plan_for(build(client, seed), client, **others[lab])
-            predicted[lab] = plan_seconds(p.cost, td.cluster_spec(client))[0]  # on *this* cluster, for every plan
+                p = _same_strategy(td.plan_for(expr, client, objective="time"), next(pk for pk in picks if pk[1] == lab))
+                if p is None:  # not among this placement's plans
+                    continue
+            predicted[lab].append(plan_seconds(p.cost, td.cluster_spec(client))[0])  # on *this* cluster
             with LoadWatch(None) as w:
                 rf = td.submit(p, client=client)
                 for one in rf if isinstance(rf, tuple) else (rf,):
                     one.wait()
             walls[lab].append(w.wall)
             busy[lab] += w.busy
-            del rf
-    return [(lab, predicted[lab], walls[lab], busy[lab]) for lab in labels if walls[lab]]
+            del rf, p, expr
+    seen = list(dict.fromkeys(chosen_as))
+    name = {"chosen": "tra_dask chosen: " + (seen[0] if len(seen) == 1 else
+                                             " / ".join(f"{s} ({chosen_as.count(s)}x)" for s in seen))}
+    return [(name.get(lab, lab), statistics.median(predicted[lab]), walls[lab], busy[lab])
+            for lab in labels if walls[lab]]
 
 
 def main(argv=None):
@@ -157,12 +211,6 @@ def main(argv=None):
                     print(row, flush=True)
                     lines.append(row)
                     break
-                if not rows or not rows[0][0].startswith("tra_dask chosen"):  # new inputs sat elsewhere each time
-                    row = f"| {sites} | {name} | {dtype} | the chosen plan's strategy was not among the re-plans: not counted | | | | | | |"
-                    print(row, flush=True)
-                    lines.append(row)
-                    untimed += 1
-                    continue
                 fastest = min(min(w) for _, _, w, _ in rows)
                 chosen = min(rows[0][2])
                 by_bytes = next((min(w) for lab, _, w, _ in rows if lab.startswith("chosen by bytes")), chosen)

@@ -33,3 +33,45 @@ def test_profile_quick_run():
         wall, predicted, tasks = float(r[2]), float(r[10]), int(r[11])
         assert tasks > 0 and wall > 0 and predicted > 0 and all(float(x) >= 0 for x in r[3:10])
         assert r[12] == r[13], r
+
+
+def test_time_model_runs_every_plan_of_a_round_on_one_placement():
+    """benchmarks/time_model.py: each run gets its own copy of the inputs (new keys),
+    made block by block on the workers Dask put the round's first copy on."""
+    sys.path.insert(0, str(BENCH))  # (the workers, started below, import the blocks' maker from it too)
+    try:
+        _check_one_placement()
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _check_one_placement():
+    import dask
+    import numpy as np
+    from distributed import Client, LocalCluster
+    from time_model import Inputs
+
+    with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
+        with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, host="127.0.0.1",
+                          dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
+            inputs = Inputs(client, seed=7)
+            copies = []
+            for _ in range(3):
+                inputs.copy()
+                copies.append((inputs((60, 40), (10, 20), "float32"), inputs((40,), (10,), "float64")))
+            for k in range(2):
+                names = {c[k].name for c in copies}
+                assert len(names) == 3  # new keys every copy
+                where = [{key[1:]: w for key, (w,) in client.who_has(c[k]).items()} for c in copies]
+                assert where[0] == where[1] == where[2] and len(where[0]) == copies[0][k].npartitions
+                assert all(c[k].dtype == copies[0][k].dtype and c[k].chunks == copies[0][k].chunks for c in copies)
+                assert np.isfinite(copies[2][k].compute(scheduler=client.get)).all()
+
+
+def test_time_model_quick_run():
+    out = subprocess.run([sys.executable, "time_model.py", "--quick", "--only", "blocks 4x4x4", "--no-write"],
+                         cwd=BENCH, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.stdout.splitlines() if line.startswith("| 2 |")]
+    assert rows and rows[0][3].startswith("tra_dask chosen")
+    assert all(float(r[4]) > 0 and float(r[5]) > 0 for r in rows), rows
