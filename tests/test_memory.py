@@ -79,3 +79,55 @@ def test_the_array_front_end_chunks_to_fit(client, monkeypatch):
     np.testing.assert_allclose(rf.to_numpy(), a @ b, rtol=1e-10)
     assert not client.removals()  # no worker was restarted
     assert sorted(client.scheduler_info(n_workers=-1)["workers"]) == workers
+
+
+def _keep_freed_memory(dask_worker, nbytes=200_000_000, block=65536):
+    """Allocate ``nbytes`` in blocks malloc serves from its heap, free all but the last
+    (which pins the heap's top): the process keeps the memory until malloc_trim."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    blocks = [libc.malloc(block) for _ in range(nbytes // block)]
+    for p in blocks:
+        ctypes.memset(p, 1, block)  # touched: resident
+    for p in blocks[:-1]:
+        libc.free(p)
+    dask_worker._tra_test_pin = blocks[-1]
+    return dask_worker.monitor.get_process_memory()
+
+
+def test_memory_an_allocator_keeps_is_handed_back_before_a_plan_is_refused():
+    """A worker that freed a lot keeps it (glibc's heap): Dask counts it as held, and a
+    plan that fits once the worker hands it back was refused as if it did not."""
+    import time
+
+    limit = 600_000_000
+    config = {"distributed.scheduler.active-memory-manager.start": False,
+              "distributed.worker.memory.recent-to-old-time": "1s"}
+    with dask.config.set(config), LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0",
+            memory_limit=limit, silence_logs=logging.CRITICAL) as cl, Client(cl) as c:
+        workers = sorted(c.scheduler_info()["workers"])
+        roomy = _memory_budget(c, workers)
+        c.run(_keep_freed_memory)
+        old = lambda: c.run_on_scheduler(lambda dask_scheduler: max(  # noqa: E731
+            ws.memory.unmanaged_old for ws in dask_scheduler.workers.values()))
+        deadline = time.time() + 30
+        while old() < 150e6 and time.time() < deadline:  # the freed memory counts as held (old) once it stayed
+            time.sleep(0.2)
+        tight = _memory_budget(c, workers)
+        assert tight < roomy - 150e6
+        # a sum over chunks made on the worker, its peak between the two budgets
+        need = (tight + roomy) / 2
+        n = int(need / 8 / 2000) // 100 * 100
+        rel = td.aggregate(td.programs.random_uniform((n, 2000), (100, 2000)), (1,), "add")
+        peak = td.optimize(rel, 1, memory_limit=1e15).cost.peak_bytes_per_site.max()
+        assert tight < peak < roomy - 50e6, (tight, peak, roomy)
+        plan = td.plan_for(rel, c)  # refused before the worker handed its freed memory back
+        assert plan.cost.peak_bytes_per_site.max() == peak
+        deadline = time.time() + 10
+        while _memory_budget(c, workers) < peak and time.time() < deadline:  # and Dask sees it back, too
+            time.sleep(0.2)
+        assert _memory_budget(c, workers) > peak

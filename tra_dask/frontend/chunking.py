@@ -23,6 +23,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from ..optimizer.optimize import NoPlanFits
 from .nodes import Einsum, Leaf, Slice
 
 __all__ = ["AxisClasses", "Choice", "check_chunking", "choose"]
@@ -221,7 +222,7 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None) -> Choice:
     predicted seconds.
 
     ``evaluate(blocks) -> (plan, seconds)`` builds and plans the expression under
-    ``blocks`` (a block size per class); it raises ``ValueError`` when no plan fits
+    ``blocks`` (a block size per class); it raises ``NoPlanFits`` when no plan fits
     in memory.  ``final(blocks)``, when given, plans the :data:`FINALISTS` best
     chunkings again with the full search (``evaluate`` may be a quick, narrower one
     that misranks close candidates) and the best of those wins.  With no free class
@@ -238,9 +239,7 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None) -> Choice:
         if key not in tried:
             try:
                 tried[key] = evaluate(list(blocks))
-            except ValueError as e:
-                if "no plan fits" not in str(e):
-                    raise
+            except NoPlanFits:
                 tried[key] = (None, math.inf)
         return tried[key][1]
 
@@ -277,15 +276,14 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None) -> Choice:
         for _, k in ranked:
             try:
                 full[k] = final(list(k))
-            except ValueError as e:
-                if "no plan fits" not in str(e):
-                    raise
+            except NoPlanFits:
+                pass
         if full:
             best = list(min(full, key=lambda k: full[k][1]))
             tried[tuple(best)] = full[tuple(best)]
     plan, seconds = tried[tuple(best)] if tuple(best) in tried else evaluate(best)
     if seconds == math.inf:
-        raise ValueError(tried_msg(cl, tried))
+        raise NoPlanFits(tried_msg(cl, tried))
     choice = Choice(cl, best, plan, seconds, [(list(k), None if v[1] == math.inf else v[1]) for k, v in tried.items()],
                     time.perf_counter() - t0)
     n_tried = max(1, len(tried))

@@ -17,6 +17,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import logical as L
+from ..optimizer.optimize import NoPlanFits
 from ..optimizer.plan import Stage
 from .build import Builder
 from .chunking import AxisClasses, choose
@@ -170,9 +171,8 @@ def _choose(x, sites: int, plan_rel, dask_source, spec, context=()):
         before = {n: p for n, p in zip(multi, order) if p is not None}
         try:
             evaluate(blocks, before, placeholders=False, quick=False)
-        except ValueError as e:  # it does not fit where it did (less memory now): choose again
-            if "no plan fits" not in str(e):
-                raise
+        except NoPlanFits:  # it does not fit where it did (less memory now): choose again
+            pass
         else:
             rel, best = built[(tuple(blocks), tuple(before.get(n) for n in multi), False, False)][:2]
             why = f"{why} (the choice made before for an expression of this structure)"

@@ -2,8 +2,8 @@
 
 from .cluster import ClusterSpec
 from .compile import compile, default_placement
-from .optimize import optimize
+from .optimize import NoPlanFits, optimize
 from .cost import COST_MODELS, Cost, NodeCost, node_cost, plan_cost
 from .plan import Plan
 
-__all__ = ["ClusterSpec", "optimize", "compile", "default_placement", "Plan", "Cost", "NodeCost", "node_cost", "plan_cost", "COST_MODELS"]
+__all__ = ["ClusterSpec", "optimize", "NoPlanFits", "compile", "default_placement", "Plan", "Cost", "NodeCost", "node_cost", "plan_cost", "COST_MODELS"]

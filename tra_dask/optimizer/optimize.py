@@ -28,7 +28,7 @@ from .search import SearchResult, search
 from .sketch import NotReplayable, make_sketch, replay
 from .time import fusion_for
 
-__all__ = ["optimize"]
+__all__ = ["optimize", "NoPlanFits"]
 
 # the search ranks plans before fusion (which runs after placement and only removes
 # tasks): this many of its runners-up are fused and ranked again under the time
@@ -36,6 +36,11 @@ __all__ = ["optimize"]
 RERANK = 4
 
 _REPLAY_TUPLES = 4_000_000  # full-size tuples worth of sketch plans replayed (at least one plan)
+
+
+class NoPlanFits(ValueError):
+    """No plan of an expression fits the memory limit per site (the message names the
+    smallest peak the search found and what would help)."""
 
 
 def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, placements=None,
@@ -224,7 +229,7 @@ def _check(res: SearchResult, outputs, obj) -> None:
     if limit is not None and float(res.best_cost.peak_bytes_per_site.max()) > limit:
         # the objective ranks plans over the limit by their peak, so the best is the smallest
         smallest = float(res.best_cost.peak_bytes_per_site.max())
-        raise ValueError(
+        raise NoPlanFits(
             f"no plan fits in {limit:,.0f} bytes per site: the smallest peak among the "
             f"{len(res.alternatives)} plans considered is {smallest:,.0f} bytes per site; use more "
             f"sites, smaller chunks, or a larger memory limit"

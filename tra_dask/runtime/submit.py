@@ -15,7 +15,7 @@ from ..dashboard import _add_plan
 from ..logical import ClusterSource, Relation
 from ..logical.nodes import toposort
 from ..lowering import Lowered, lower
-from ..optimizer import Plan, compile
+from ..optimizer import NoPlanFits, Plan, compile
 from ..optimizer.cache import PlanCache, signature
 from ..optimizer.objective import DEFAULT_OBJECTIVE
 from ..optimizer import optimize as _optimize
@@ -74,10 +74,20 @@ def _plan_for(expr, client, sites, *, optimize, memory_limit, cost_model, object
     try:
         plan = _optimize(expr, sites=len(workers), placements=placements, memory_limit=memory_limit,
                          cost_model=cost_model, objective=objective, cluster=cluster, **search)
-    except ValueError as e:
-        if room is None or "no plan fits" not in str(e):
+    except NoPlanFits as e:
+        if room is None:
             raise
-        raise ValueError(f"{e} (the limit is the cluster's: {room.why})") from None
+        # memory the workers' allocators keep after freeing counts as held until handed back:
+        # hand it back and measure again before saying no
+        more = _reclaimed_budget(client, workers)
+        if more is None or more <= room:
+            raise NoPlanFits(f"{e} (the limit is the cluster's: {room.why})") from None
+        memory_limit = room = more
+        try:
+            plan = _optimize(expr, sites=len(workers), placements=placements, memory_limit=memory_limit,
+                             cost_model=cost_model, objective=objective, cluster=cluster, **search)
+        except NoPlanFits as e:
+            raise NoPlanFits(f"{e} (the limit is the cluster's: {room.why})") from None
     if cache is not None:
         cache.put(key, plan, sources, memory_limit)
     return plan
@@ -199,7 +209,6 @@ def _memory_budget(client: Client, workers: list[str]) -> MemoryBudget | None:
     target (:func:`memory_fraction` of its ``memory_limit``) less the memory its process
     holds besides Dask's data (its baseline: the interpreter, libraries, buffers; the
     scheduler's ``unmanaged_old`` measure).  None when the workers have no limit."""
-    fraction, name = memory_fraction()
     who = tuple(workers)
 
     def ask(dask_scheduler, who=who):
@@ -216,16 +225,51 @@ def _memory_budget(client: Client, workers: list[str]) -> MemoryBudget | None:
         info = workers_info(client)
         seen = {w: (int(info[w].get("memory_limit") or 0), 0) for w in workers if w in info}
         seen = {w: v for w, v in seen.items() if v[0] > 0}
-    if not seen:
-        return None
-    w, (limit, baseline) = min(seen.items(), key=lambda kv: fraction * kv[1][0] - kv[1][1])
-    budget = MemoryBudget(fraction * limit - baseline)
-    budget.why = (f"worker {w}: {fraction:.0%} ({name}) of its memory_limit {limit:,} bytes, less the "
-                  f"{baseline:,} bytes its process holds besides data")
-    if budget <= 0:
+    budget = _budget_of(seen, "")
+    if budget is not None and budget <= 0:
+        budget = _reclaimed_budget(client, workers) or budget
+    if budget is not None and budget <= 0:
         raise ValueError(f"no room for a plan: {budget.why} leaves {float(budget):,.0f} bytes; give the workers "
                          f"more memory (memory_limit) or pass memory_limit= explicitly")
     return budget
+
+
+def _budget_of(seen: dict, how: str) -> MemoryBudget | None:
+    """The budget from ``{worker: (memory_limit, bytes held besides data)}``."""
+    if not seen:
+        return None
+    fraction, name = memory_fraction()
+    w, (limit, baseline) = min(seen.items(), key=lambda kv: fraction * kv[1][0] - kv[1][1])
+    budget = MemoryBudget(fraction * limit - baseline)
+    budget.why = (f"worker {w}: {fraction:.0%} ({name}) of its memory_limit {limit:,} bytes, less the "
+                  f"{baseline:,} bytes its process holds besides data{how}")
+    return budget
+
+
+def _reclaimed_budget(client: Client, workers: list[str]) -> MemoryBudget | None:
+    """The budget after each worker hands the memory its allocator keeps free back to
+    the system (glibc's ``malloc_trim``; elsewhere nothing changes), measured on the
+    workers themselves: after heavy work a process holds freed memory that the
+    scheduler's ``unmanaged_old`` counts as taken until it is returned."""
+    try:
+        seen = client.run(_trim_and_measure, workers=list(workers))
+    except Exception:  # a worker gone meanwhile, or a cluster that cannot run this: no second look
+        return None
+    return _budget_of({w: v for w, v in seen.items() if v is not None}, " (measured after returning freed memory)")
+
+
+def _trim_and_measure(dask_worker):
+    import ctypes
+
+    limit = dask_worker.memory_manager.memory_limit
+    if not limit:
+        return None
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+    held = dask_worker.monitor.get_process_memory() - dask_worker.state.nbytes
+    return int(limit), max(0, int(held))
 
 
 def _run(plan: Plan, client: Client, workers: list[str], name: str | None = None, kw: dict | None = None):
