@@ -6,8 +6,10 @@ size), numpy inputs, chunks given, 3 workers: the plan co-partitions the chunks
 (CMM), and each site's ~33 partial products (8 MB each) are fused into the fold
 that sums them.  Run with the fold making them one at a time (the default) and
 with all made before the fold (``tra-dask.fold-one-at-a-time: False``),
-interleaved: wall time and the largest rise of any worker's resident memory during
-the run (sampled every 10 ms).
+interleaved (each round starting with the other one): wall time and the largest
+rise of any worker's resident memory during the run (sampled every 10 ms), each run
+starting from workers that handed their freed memory back (glibc ``malloc_trim``),
+so that memory an earlier run left in an allocator does not hide a rise.
 
     python benchmarks/fold_memory.py [--repeat 3] [--no-write]
 """
@@ -25,6 +27,14 @@ from _harness import LoadWatch, machine_line, start_cluster
 from auto_chunking import PeakRSS
 
 
+def _trim():
+    import ctypes
+    import gc
+
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=3)
@@ -39,9 +49,9 @@ def main(argv=None):
         plan = td.einsum("ij,jk->ik", a, b, chunks={"j": k // nc}).plan(client)
         got = {True: [], False: []}
         for rep in range(args.repeat + 1):  # the first round warms the scatter cache and is not kept
-            for defer in (True, False):
+            for defer in ((True, False) if rep % 2 else (False, True)):
                 with dask.config.set({"tra-dask.fold-one-at-a-time": defer}):
-                    client.run(lambda: __import__("gc").collect())
+                    client.run(_trim)
                     with PeakRSS(client) as mem, LoadWatch(None) as w:
                         rf = td.submit(plan, client=client)
                         rf.wait()
@@ -54,7 +64,7 @@ def main(argv=None):
         lines = [f"Machine: {machine_line(argparse.Namespace(sites=3))}", "",
                  f"`ij,jk->ik`, {n}x{k} @ {k}x{n} float64, {nc} chunks along j (given), numpy inputs, 3 workers; "
                  f"plan: {plan.explain().splitlines()[4].strip()}; {args.repeat} interleaved runs after one "
-                 f"untimed round.", "",
+                 f"untimed round, each from workers that returned their freed memory (malloc_trim).", "",
                  "| fold | wall min (s) | wall median (s) | peak worker RSS growth, max of runs (MiB) |",
                  "|---|---|---|---|"]
         for defer, label in ((True, "partial products made one at a time (default)"),

@@ -180,15 +180,15 @@ def check_work(plan):
 
 def _nested_keys(task) -> set:
     """Keys of the tasks nested (fused) inside ``task`` (a fold's deferred inputs are
-    ``[key, func, *args]`` lists)."""
+    ``[DEFERRED, key, func, *args]`` lists)."""
     return _nested(task.func, task.args)
 
 
 def _nested(func, args) -> set:
     out = set()
     for a in args:
-        if func is tasks.fold_deferred and isinstance(a, DaskList):
-            out |= {a.args[0]} | _nested(a.args[1], a.args[2:])
+        if isinstance(a, DaskList) and a.args and a.args[0] == tasks.DEFERRED:
+            out |= {a.args[1]} | _nested(a.args[2], a.args[3:])
         elif isinstance(a, DaskTask):
             out |= {a.key} | _nested(a.func, a.args)
     return out
@@ -327,31 +327,40 @@ def test_a_plan_with_cheap_tasks_fused_lowers_and_computes_the_expression(sites)
 
 def test_a_fold_makes_its_fused_inputs_one_at_a_time():
     """``tasks.fold_deferred``: each deferred input is made just before it is folded
-    in, so at most the running result and one input are alive (``tasks.fold``'s
-    inputs, all made before it runs, would be ten)."""
+    in, when only the running result is alive — not the inputs before it (``tasks.fold``'s
+    inputs, all made before it runs, would be ten) — and a deferred fold within a
+    deferred input makes its own inputs the same way."""
     import weakref
 
-    alive, most = [0], [0]
+    alive, at_make = [0], []
 
     def gone():
         alive[0] -= 1
 
-    def make(v):
-        x = np.full(3, float(v))
+    def tracked(x):
         alive[0] += 1
         weakref.finalize(x, gone)
-        most[0] = max(most[0], alive[0])
         return x
 
-    items = [[("product", i), make, i] for i in range(10)]
-    got = tasks.fold_deferred(np.add, (), ((3,), "float64", "test", None, ()), (True,) * 10, *items)
+    def make(v):
+        at_make.append(alive[0])  # arrays alive when an input is about to be made
+        return tracked(np.full(3, float(v)))
+
+    def add(a, b):
+        return tracked(a + b)
+
+    check = ((3,), "float64", "test", None, ())
+    D = tasks.DEFERRED
+    got = tasks.fold_deferred(add, (), check, *[[D, ("product", i), make, i] for i in range(10)])
     np.testing.assert_array_equal(got, np.full(3, 45.0))
-    assert most[0] <= 2, most
-    # deferred and plain inputs mix, in order (a fold that is not commutative)
+    assert max(at_make) <= 1, at_make
+    # deferred and plain inputs mix, in order (a fold that is not commutative); a fold within
     sub = lambda a, b: a - b  # noqa: E731
-    got = tasks.fold_deferred(sub, (), ((3,), "float64", "test", None, ()), (False, True, False),
-                              np.full(3, 10.0), [("p", 1), make, 4], np.full(3, 1.0))
-    np.testing.assert_array_equal(got, np.full(3, 5.0))
+    inner = [D, ("inner", 0), tasks.fold_deferred, add, (), check, [D, ("p", 2), make, 2], [D, ("p", 3), make, 3]]
+    at_make.clear()
+    got = tasks.fold_deferred(sub, (), check, np.full(3, 10.0), [D, ("p", 1), make, 4], inner)
+    np.testing.assert_array_equal(got, np.full(3, 1.0))
+    assert at_make and max(at_make) <= 2, at_make  # the outer fold's result and the inner fold's
 
 
 @pytest.mark.parametrize("sites", [2, 3])
@@ -361,4 +370,5 @@ def test_partial_products_fused_into_their_fold_are_deferred(sites):
     plan = td.optimize(_many_small_blocks(), sites)
     lo = check_work(plan)
     folds = [t for layer in lo.layers.values() for t in layer.values() if t.func is tasks.fold_deferred]
-    assert folds and all(any(isinstance(a, DaskList) for a in t.args) for t in folds)
+    assert folds and all(any(isinstance(a, DaskList) and a.args[0] == tasks.DEFERRED for a in t.args)
+                         for t in folds)

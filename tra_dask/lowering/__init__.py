@@ -223,13 +223,23 @@ def _visit_aggregate(node: LocalAggregate, w: NodeWork, task_keys: list, out: Lo
         refs = _refs(node, w, t, out)
         if w.kind == "concat":
             _task(out, site, key, tasks.concat, k.array_dim, *refs)
+        elif out.defer and len(refs) > 1 and any(_deferrable(r) for r in refs):  # made as they are folded in
+            _task(out, site, key, tasks.fold_deferred, k.fn, k.params, checks[t], *map(_deferred, refs))
         else:
-            deferred = tuple(type(r) is Task and not r.kwargs for r in refs)
-            if out.defer and any(deferred) and len(refs) > 1:  # fused inputs made as they are folded in
-                items = [List(r.key, r.func, *r.args) if d else r for r, d in zip(refs, deferred)]
-                _task(out, site, key, tasks.fold_deferred, k.fn, k.params, checks[t], deferred, *items)
-            else:
-                _task(out, site, key, tasks.fold, k.fn, k.params, checks[t], *refs)
+            _task(out, site, key, tasks.fold, k.fn, k.params, checks[t], *refs)
+
+
+def _deferrable(r) -> bool:
+    return type(r) is Task and not r.kwargs  # a fused task (not a container, not a reference)
+
+
+def _deferred(r):
+    """A fused task as data Dask does not run — ``[DEFERRED, key, func, *args]``, its
+    references resolved, its own fused tasks deferred the same way — for
+    :func:`tasks.fold_deferred` to run when it folds it in; anything else as it is."""
+    if not _deferrable(r):
+        return r
+    return List(tasks.DEFERRED, r.key, r.func, *map(_deferred, r.args))
 
 
 def _visit_filter(node: LocalFilter, w: NodeWork, task_keys: list, out: Lowered):

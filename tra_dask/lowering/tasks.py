@@ -25,17 +25,33 @@ def fold(fn, params, check, *chunks):
     return check_chunk(functools.reduce(lambda a, b: fn(a, b, *params), chunks), *check)
 
 
-def fold_deferred(fn, params, check, deferred, *items):
+DEFERRED = "tra-dask:deferred"  # marks a fused computation handed to fold_deferred as data
+
+
+def fold_deferred(fn, params, check, *items):
     """:func:`fold` of a group some of whose inputs are computations fused into it:
-    an input whose flag in ``deferred`` is set is ``[key, func, *args]`` (``key``: the
-    fused task's), called only when it is folded in, so the group holds the running
-    result and one input at a time (a site's partial products of a contraction are not
-    all alive at once)."""
+    such an input is ``[DEFERRED, key, func, *args]`` (``key``: the fused task's; an
+    argument may be one again, for a chain), made only when it is folded in — so
+    while an input is made the fold holds only its running result, not the inputs
+    before it (a site's partial products of a contraction are not all alive at
+    once)."""
     acc = None
-    for flag, item in zip(deferred, items):
-        x = item[1](*item[2:]) if flag else item
+    for item in items:
+        x = made(item)
         acc = x if acc is None else fn(acc, x, *params)
+        del x
     return check_chunk(acc, *check)
+
+
+def made(item):
+    """The value of a :func:`fold_deferred` input: a deferred computation run (its
+    deferred arguments first), anything else as it is."""
+    if type(item) is list and item and item[0] == DEFERRED:
+        func, args = item[2], item[3:]
+        if func is fold_deferred:  # a fold within: it makes its own inputs one at a time
+            return fold_deferred(*args)
+        return func(*(made(a) for a in args))
+    return item
 
 
 def concat(axis, *chunks):
