@@ -417,8 +417,20 @@ def test_bad_region_functions():
     with pytest.raises(TypeError, match="not supported"):
         td.from_region(_region_values, (2, 2), "complex128")
     liar = td.from_region(lambda r: np.zeros((1, 1)), (4, 4), "float64", chunks=2)
-    with pytest.raises(ValueError, match=r"returned shape \(1, 1\) for the region \[\(0, 2\), \(0, 2\)\]"):
+    with pytest.raises(ValueError, match=r"returned float64 of shape \(1, 1\) for the region "
+                                         r"\[\(0, 2\), \(0, 2\)\], which has shape \(2, 2\)"):
         td.to_numpy(liar + 1.0)
+    floats_as_ints = td.from_region(_region_values, (4, 4), "int64", chunks=2)  # no silent truncation
+    with pytest.raises(TypeError, match=r"returned float64 .* the array is int64, and float64 does not cast"):
+        td.to_numpy(floats_as_ints + 1)
+    ints = td.from_region(lambda r: np.ones(tuple(s.stop - s.start for s in r), dtype=np.int32), (4, 4), "int64")
+    _check(td.to_numpy(ints.sum()), np.int64(16))  # a safe cast is fine
+    from tra_dask.programs import UniformRegion, uniform_array
+
+    with pytest.raises(TypeError, match="need a float dtype, not int64"):
+        uniform_array((3, 3), dtype="int64")
+    with pytest.raises(TypeError, match="cannot be interpreted as an integer"):
+        UniformRegion((3, 3), seed=1.5)
 
 
 def test_arrays_made_on_the_workers_on_cluster(client):

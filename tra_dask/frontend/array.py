@@ -96,9 +96,11 @@ def from_region(fn, shape, dtype, chunks="auto", name: str | None = None) -> "Ar
     Each chunk is made on the site the plan puts it (nothing passes through the
     client), and the chunking is chosen with the plan (``chunks="auto"``, or None)
     unless ``chunks`` is given (an int or a block size per axis) — so ``fn``'s values must not depend on how the
-    array is cut: what it returns for a region is that region of one array.  ``fn``
-    must be picklable for a cluster (a module-level function or a picklable object,
-    as :class:`tra_dask.programs.UniformRegion`).
+    array is cut: what it returns for a region is that region of one array.  On a
+    cluster ``fn`` travels to the workers as Dask sends functions (cloudpickle: a
+    lambda works; a module-level function is imported there, so its module must be
+    importable on the workers).  What it returns is checked there: the region's
+    shape, and a dtype that casts to ``dtype`` without changing kind.
 
     >>> import tra_dask as td
     >>> x = from_region(lambda r: np.add.outer(*(np.arange(s.start, s.stop) for s in r)), (3, 4), "int64")

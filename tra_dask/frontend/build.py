@@ -48,8 +48,10 @@ def _rekey(rel, exprs):
 class RegionChunks:
     """The chunk loader of a :func:`~tra_dask.frontend.array.from_region` array cut in
     blocks of ``chunks``: the chunk under key ``k`` is ``fn`` of its region, checked
-    to have the region's shape (a function that returns something else is an error
-    naming the region, not a wrong result) and cast to ``dtype``."""
+    to have the region's shape and a dtype that casts to ``dtype`` without losing its
+    kind (floats do not become ints; a function that returns something else is an
+    error naming the region, not a wrong result), and cast to ``dtype``.  Equal when
+    their functions are equal (two equal loaders are one source)."""
 
     fn: object
     shape: tuple
@@ -58,19 +60,29 @@ class RegionChunks:
 
     def __call__(self, key):
         region = tuple(slice(k * c, min((k + 1) * c, n)) for k, c, n in zip(key, self.chunks, self.shape))
-        out = np.asarray(self.fn(region))
+        out = self.fn(region)
+        if not (hasattr(out, "shape") and hasattr(out, "astype")):  # (a cupy array stays one)
+            out = np.asarray(out)
         want = tuple(r.stop - r.start for r in region)
-        if out.shape != want:
-            raise ValueError(f"from_region: {self.fn!r} returned shape {out.shape} for the region "
-                             f"{[(r.start, r.stop) for r in region]}, which has shape {want}")
+        where = f"from_region: {self.fn!r} returned {out.dtype} of shape {tuple(out.shape)} for the region " \
+                f"{[(r.start, r.stop) for r in region]}"
+        if tuple(out.shape) != want:
+            raise ValueError(f"{where}, which has shape {want}")
+        if not np.can_cast(out.dtype, self.dtype, casting="same_kind"):
+            raise TypeError(f"{where}; the array is {np.dtype(self.dtype)}, and {out.dtype} does not cast to it "
+                            f"without changing kind")
         return out.astype(self.dtype, copy=False)
 
     def __eq__(self, other):
-        return (type(other) is RegionChunks and self.fn is other.fn and self.shape == other.shape
-                and self.chunks == other.chunks and self.dtype == other.dtype)
+        return (type(other) is RegionChunks and (self.fn is other.fn or self.fn == other.fn)
+                and self.shape == other.shape and self.chunks == other.chunks and self.dtype == other.dtype)
 
     def __hash__(self):
-        return hash((id(self.fn), self.shape, self.chunks, str(self.dtype)))
+        try:
+            f = hash(self.fn)
+        except TypeError:
+            f = id(self.fn)
+        return hash((f, self.shape, self.chunks, str(self.dtype)))
 
 
 class Builder:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,15 +40,16 @@ def random_uniform(shape, chunks, *, seed: int = 0, dtype="float64", name: str |
     return from_function(UniformChunks(shape, chunks, int(seed), dtype.str), shape, chunks, dtype, name=name)
 
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / the golden ratio: splitmix64's increment
 
 
 @dataclass(frozen=True)
 class UniformRegion:
     """Region loader of U(-1, 1) values that do not depend on the chunking: element
-    ``i`` (its row-major index in ``shape``) is splitmix64 of ``(seed, i)``, so any
-    region of the array is the same whatever blocks cut it and wherever they are
-    made (a picklable value for :func:`tra_dask.from_region`).
+    ``i`` (its row-major index in ``shape``) is splitmix64's output function applied
+    to ``i + (seed + 1) * 0x9E3779B97F4A7C15`` (mod 2**64), so any region of the
+    array is the same whatever blocks cut it and wherever they are made (a picklable
+    value for :func:`tra_dask.from_region`).  Float dtypes only.
 
     >>> u = UniformRegion((4, 6), seed=3)
     >>> bool((u((slice(1, 3), slice(2, 5))) == u((slice(0, 4), slice(0, 6)))[1:3, 2:5]).all())
@@ -58,21 +60,36 @@ class UniformRegion:
     seed: int = 0
     dtype: str = "float64"
 
+    def __post_init__(self):
+        object.__setattr__(self, "seed", operator.index(self.seed))  # an int (a float seed is a mistake)
+        if np.dtype(self.dtype).kind != "f":
+            raise TypeError(f"UniformRegion: U(-1, 1) values need a float dtype, not {np.dtype(self.dtype)}")
+
     def __call__(self, region):
-        idx = np.zeros((), dtype=np.uint64)
+        shape = tuple(r.stop - r.start for r in region)
+        z = np.empty(shape, dtype=np.uint64)  # the row-major index of each element, then mixed in place
+        z[...] = np.uint64((self.seed + 1) * _GOLDEN % 2**64)
         stride = 1
         for a in range(len(self.shape) - 1, -1, -1):
             r = region[a]
             axis = np.arange(r.start, r.stop, dtype=np.uint64) * np.uint64(stride)
-            idx = idx + axis.reshape((-1,) + (1,) * (len(self.shape) - 1 - a))
+            z += axis.reshape((-1,) + (1,) * (len(self.shape) - 1 - a))
             stride *= int(self.shape[a])
+        t = np.empty_like(z)
         with np.errstate(over="ignore"):
-            z = idx + np.uint64(self.seed % 2**64) * _GOLDEN + _GOLDEN
-            z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-            z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-            z = z ^ (z >> np.uint64(31))
-        u = (z >> np.uint64(11)).astype(np.float64) * (2.0 ** -53)
-        return (2.0 * u - 1.0).astype(self.dtype, copy=False)
+            for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+                np.right_shift(z, np.uint64(shift), out=t)
+                z ^= t
+                z *= np.uint64(mult)
+            np.right_shift(z, np.uint64(31), out=t)
+            z ^= t
+        del t
+        z >>= np.uint64(11)  # 53 random bits: u = z / 2**53 in [0, 1), the value 2u - 1
+        out = np.asarray(z, dtype=np.float64)
+        del z
+        out *= 2.0 ** -52
+        out -= 1.0
+        return out.astype(self.dtype, copy=False)
 
 
 def uniform_array(shape, *, seed: int = 0, dtype="float64", chunks="auto", name: str | None = None):
@@ -87,5 +104,5 @@ def uniform_array(shape, *, seed: int = 0, dtype="float64", chunks="auto", name:
 
     shape = tuple(int(n) for n in shape)
     dtype = np.dtype(dtype)
-    return from_region(UniformRegion(shape, int(seed), dtype.str), shape, dtype, chunks=chunks,
+    return from_region(UniformRegion(shape, seed, dtype.str), shape, dtype, chunks=chunks,
                        name=name or f"uniform[{'x'.join(map(str, shape))} {dtype}]")
