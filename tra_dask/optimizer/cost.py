@@ -166,6 +166,8 @@ def node_cost(node: PNode, model: str = "exact", need: dict | None = None) -> No
     if need is None:
         need = {n: np.ones(n.layout.ntuples, dtype=bool) for n in (node, *node.children)}
     held = _bytes_per_site(node, need[node])
+    # (every input tuple counts as held while the node runs, also a fold's inputs fused
+    # into it, which the lowering makes one at a time: conservative there)
     peak = held + sum((_bytes_per_site(c, need[c]) for c in node.children), np.zeros(node.nsites, dtype=np.int64))
     floats = _floats_moved(node, model, need[node])
     ntasks, per_site, recv, send, made, flops = _tasks(node, need[node])
