@@ -365,8 +365,6 @@ def _from_config(sites: int) -> ClusterSpec | None:
     """The spec in the file that the Dask config ``tra-dask.cluster-spec`` names
     (``DASK_TRA_DASK__CLUSTER_SPEC=path``: one calibration kept for every cluster of
     that shape a process plans on), for ``sites`` sites; None when it is not set."""
-    import dask
-
     path = dask.config.get("tra-dask.cluster-spec", None)
     if not path:
         return None

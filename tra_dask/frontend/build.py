@@ -119,8 +119,8 @@ class Builder:
         if node.kind == "dask":
             return self.dask_source(node.data, chunks, node.name)
         if node.kind == "function":
-            return L.from_function(RegionChunks(node.data, node.shape, chunks, node.dtype), node.shape, chunks if node.ndim else (),
-                                   node.dtype, name=node.name)
+            return L.from_function(RegionChunks(node.data, node.shape, chunks, node.dtype), node.shape,
+                                   chunks if node.ndim else (), node.dtype, name=node.name)
         return L.from_numpy(node.data, chunks if node.ndim else (), name=node.name)
 
     # -- einsum -------------------------------------------------------------

@@ -132,11 +132,12 @@ class FastestTime:
 
 
 OBJECTIVES = {"time": FastestTime, "bytes": FewestBytes}
-# The time objective is the default since it proved itself on the clock:
-# benchmarks/time_model.py measured its choice fastest-or-within-10% in 22 of 32 and
-# 22 of 30 cases, the bytes objective's in 18 of 32 and 17 of 30 (two runs, 2 and 3
-# workers; benchmarks/README.md).  Without a cluster it predicts with ClusterSpec's
-# defaults; the runtime calibrates the cluster it plans for.
+# The time objective became the default when benchmarks/time_model.py measured its
+# choice fastest-or-within-10% in 22 of 32 and 22 of 30 cases against the bytes
+# objective's 18 of 32 and 17 of 30 — with each plan on its own placement of the
+# inputs; with every plan of a round on one placement it read 22 against 23 of 32
+# (benchmarks/README.md): a tie, not yet a win.  Without a cluster it predicts with
+# ClusterSpec's defaults; the runtime calibrates the cluster it plans for.
 DEFAULT_OBJECTIVE = "time"
 
 

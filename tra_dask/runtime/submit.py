@@ -71,23 +71,20 @@ def _plan_for(expr, client, sites, *, optimize, memory_limit, cost_model, object
         if plan is not None:
             return plan
     search = {k: v for k, v in (("beam", beam), ("budget", budget)) if v is not None}
-    try:
-        plan = _optimize(expr, sites=len(workers), placements=placements, memory_limit=memory_limit,
-                         cost_model=cost_model, objective=objective, cluster=cluster, **search)
-    except NoPlanFits as e:
-        if room is None:
-            raise
-        # memory the workers' allocators keep after freeing counts as held until handed back:
-        # hand it back and measure again before saying no
-        more = _reclaimed_budget(client, workers)
-        if more is None or more <= room:
-            raise NoPlanFits(f"{e} (the limit is the cluster's: {room.why})") from None
-        memory_limit = room = more
+    for again in (False, True):
         try:
             plan = _optimize(expr, sites=len(workers), placements=placements, memory_limit=memory_limit,
                              cost_model=cost_model, objective=objective, cluster=cluster, **search)
+            break
         except NoPlanFits as e:
-            raise NoPlanFits(f"{e} (the limit is the cluster's: {room.why})") from None
+            if room is None:
+                raise
+            # memory the workers' allocators keep after freeing counts as held until handed
+            # back: hand it back and measure again, once, before saying no
+            more = None if again else _reclaimed_budget(client, workers)
+            if more is None or more <= room:
+                raise NoPlanFits(f"{e} (the limit is the cluster's: {room.why})") from None
+            memory_limit = room = more
     if cache is not None:
         cache.put(key, plan, sources, memory_limit)
     return plan
