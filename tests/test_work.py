@@ -316,6 +316,45 @@ def test_cheap_tasks_fuse_into_readers_that_wait_for_transfers():
         assert len(set(two.values())) == len(two)
 
 
+def test_late_tasks_fuse_into_readers_that_are_small_granules_of_their_site():
+    """``Fusion.granules``: a reader whose work with everything it could take in is at
+    most 1/granules of its site's work on its node takes in tasks that wait for
+    transfers; 0 never, 1 always (every candidate), and between, only small readers."""
+    one = lambda w: np.ones(len(w.task_tuple))  # noqa: E731  every task runs 1 s (none is cheap below 0)
+    for sites in (2, 3):
+        for expr in (_many_small_blocks(), PROGRAMS["nearest neighbour"]):
+            plan = td.compile(expr, sites)
+            work = plan.work
+            plain = plan_work(plan.outputs).into
+            assert plan_work(plan.outputs, fusion=Fusion(1, one, 0.0, 0)).into == plain
+            every = plan_work(plan.outputs, fusion=Fusion(1, one, 1e9)).into
+            assert plan_work(plan.outputs, fusion=Fusion(1, one, 0.0, 1)).into == every
+            assert plan_work(plan.outputs, fusion=Fusion(1, one, 0.0, 10_000)).into == plain
+            some = plan_work(plan.outputs, fusion=Fusion(1, one, 0.0, 4)).into
+            assert set(plain) <= set(some) <= set(every)
+            whole: dict = {}  # a task's seconds with all fused into it, transitively
+
+            def seconds(task, into=some):
+                if task not in whole:
+                    whole[task] = 1 + sum(seconds(c) for c, r in into.items() if r == task)
+                return whole[task]
+            for task in set(some) - set(plain):  # each late task's reader is a small granule of its site
+                rn, rt = some[task]
+                site = work[rn].task_site[rt]
+                on_site = sum(seconds((rn, t)) for t in np.flatnonzero(work[rn].task_site == site))
+                assert 4 * seconds((rn, rt)) <= on_site
+            if expr is not PROGRAMS["nearest neighbour"]:  # 16 sums, 8 or 5-6 to a site: products join them
+                assert any(isinstance(n, LocalJoin) and n.kernel.name == "matmul" for n, _ in set(some) - set(plain))
+
+
+@pytest.mark.parametrize("sites", [2, 3])
+def test_a_plan_whose_late_products_fuse_into_small_granules_computes_the_expression(sites):
+    spec = td.ClusterSpec(sites, task_overhead=1e-9)  # no task is cheap: only granules fuse late tasks
+    plan = td.optimize(_many_small_blocks(), sites, cluster=spec, objective="time")
+    assert set(plan_work(plan.outputs, fusion=Fusion(1)).into) < set(plan.work.into)
+    check_work(plan)
+
+
 @pytest.mark.parametrize("sites", [2, 3])
 def test_a_plan_with_cheap_tasks_fused_lowers_and_computes_the_expression(sites):
     spec = td.ClusterSpec(sites, task_overhead=1.0)  # a task costs a second: every kernel task is cheap

@@ -60,7 +60,7 @@ from .cluster import ClusterSpec
 from .cost import Cost, chunk_bytes
 
 __all__ = ["kernel_class", "kernel_rate", "plan_seconds", "with_seconds", "node_seconds_per_site", "task_seconds",
-           "fusion_for", "CHEAP_TASKS"]
+           "fusion_for", "CHEAP_TASKS", "LATE_GRANULES"]
 
 # A task that runs at most this many per-task overheads is cheap: the fusion pass
 # (physical.work) may run it inside its reader although the reader waits for a
@@ -72,6 +72,16 @@ __all__ = ["kernel_class", "kernel_rate", "plan_seconds", "with_seconds", "node_
 # plans whose tasks run seconds up to 1.7x slower (their compute no longer hides
 # their transfers).
 CHEAP_TASKS = 2.0
+
+# A reader that is at most 1/LATE_GRANULES of its site's work on its node may take in
+# tasks that wait for transfers (physical.work's fusion): the site has other readers
+# to run while it waits.  Measured on the development VM (2 workers, interleaved, best
+# of 3, every late task fused against the rule before): the 4000³ multiply's products
+# fused into sums 8 to a site (4x4x4 blocks) 0.80-0.90x the time, 32 to a site
+# (8x8x8) 0.64-0.82x, 8000x1000x8000 in 8x2x8 blocks 0.88-0.99x; into 2 sums to a site
+# (1000x64000x1000, 2x16x2 blocks) 0.86x and 1.04x; into the one sum of each site
+# (1x8x1 blocks) 1.66-1.78x.
+LATE_GRANULES = 4
 
 
 def kernel_class(kernel) -> str:
@@ -135,9 +145,11 @@ def task_seconds(w, spec: ClusterSpec) -> np.ndarray:
 
 
 def fusion_for(spec: ClusterSpec) -> Fusion:
-    """The fusion pass's view of a cluster: its threads per worker, and cheap tasks
-    as :data:`CHEAP_TASKS` per-task overheads of :func:`task_seconds`."""
-    return Fusion(spec.threads, functools.partial(task_seconds, spec=spec), CHEAP_TASKS * spec.task_overhead)
+    """The fusion pass's view of a cluster: its threads per worker, cheap tasks as
+    :data:`CHEAP_TASKS` per-task overheads of :func:`task_seconds`, and readers that
+    take in late tasks as :data:`LATE_GRANULES` or more to their site."""
+    return Fusion(spec.threads, functools.partial(task_seconds, spec=spec), CHEAP_TASKS * spec.task_overhead,
+                  LATE_GRANULES)
 
 
 def plan_seconds(cost: Cost, spec: ClusterSpec) -> tuple[float, dict]:
