@@ -45,7 +45,7 @@ def _by_hand(plan, spec):
     for x in work.transfers:
         recv[x.node][x.dest] += x.floats
         send[x.node][x.src] += x.floats
-    finish = {}
+    finish, on_site = {}, np.zeros(plan.sites)
     for n in work.order:
         t = np.zeros(plan.sites)
         flops = cost.nodes[n].flops_per_site
@@ -58,7 +58,9 @@ def _by_hand(plan, spec):
             made = n.type.chunk_sizes[n.layout.rows[w.task_tuple]] * n.type.dtype.itemsize
             t = t + np.bincount(w.task_site, weights=made, minlength=plan.sites) / spec.fresh_bandwidth
         finish[n] = float(t.max()) + max((finish[c] for c in n.children), default=0.0)
-    return spec.submit_overhead + work.ntasks * spec.task_overhead + max(finish[o] for o in plan.outputs)
+        on_site += t
+    path = max(max(finish[o] for o in plan.outputs), on_site.max())  # a site's work runs one thing at a time
+    return spec.submit_overhead + work.ntasks * spec.task_overhead + path
 
 
 @pytest.mark.parametrize("name", ["matmul", "nn", "ffnn"])
@@ -338,3 +340,20 @@ def test_calibrate_bad_input():
         with Client(c) as client:
             with pytest.raises(RuntimeError, match="the cluster has no workers"):
                 td.calibrate(client)
+
+
+def test_independent_branches_on_the_same_sites_take_the_sum_of_their_times():
+    """Two outputs that keep the same sites busy run one after the other on those
+    sites: the makespan is bounded below by the busiest site's total, not the larger
+    branch alone (the critical path alone would say 1x)."""
+    rng = np.random.default_rng(3)
+    spec = td.ClusterSpec(2, bandwidth=2e8, rates={"blas": 1e10, "elementwise": 5e8}, task_overhead=2e-3,
+                          fresh_bandwidth=1e9)
+    A, B, C, D = (_mat(rng, (200, 200), (50, 50), n) for n in "ABCD")
+
+    def path(plan):  # the makespan less the overheads
+        return plan.cost.seconds - spec.submit_overhead - plan.cost.tasks * spec.task_overhead
+    one = td.optimize(matmul(A, B), 2, cluster=spec)
+    both = td.optimize((matmul(A, B), matmul(C, D)), 2, cluster=spec)
+    assert path(both) == pytest.approx(2 * path(one), rel=0.05)
+    assert both.cost.seconds == pytest.approx(_by_hand(both, spec), rel=1e-9)

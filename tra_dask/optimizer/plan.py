@@ -169,8 +169,8 @@ class Plan:
             f"mean {flops.mean():.3g} (balance {c.flops_balance:.2f})",
         ]
         if c.seconds is not None:
-            lines.append(f"  predicted time {_fmt_seconds(c.seconds)} (critical path of per-node times: "
-                         f"kernels + task overhead + transfers on the busiest site)")
+            lines.append(f"  predicted time {_fmt_seconds(c.seconds)} (task overhead + the longer of the critical "
+                         f"path of per-node times and the busiest site's total: kernels + transfers)")
         chunking = [st for st in self.stages if st.name == "chunking"]
         if chunking:
             lines.append(f"  chunking: {chunking[0].note} ({chunking[0].seconds:.2f} s)")
