@@ -5,6 +5,8 @@ all), and the arrays that cross sites in the lowered graph are exactly work's
 transfers, whose bytes are the exact cost model's.  No cluster: the lowering needs
 only worker address strings."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from dask.local import get_sync
@@ -19,6 +21,7 @@ from tra_dask.logical.sources import ClusterSource
 from tra_dask.lowering import lower, tasks
 from tra_dask.physical import (Broadcast, LocalAggregate, LocalJoin, Part, PSource, Shuffle, node_work,
                                plan_work)
+from tra_dask.optimizer.time import fusion_for
 from tra_dask.physical.work import Fusion
 from tra_dask.programs import ffnn_forward, ffnn_sgd_step, matmul, nearest_neighbor, random_uniform
 
@@ -316,42 +319,70 @@ def test_cheap_tasks_fuse_into_readers_that_wait_for_transfers():
         assert len(set(two.values())) == len(two)
 
 
-def test_late_tasks_fuse_into_readers_that_are_small_granules_of_their_site():
-    """``Fusion.granules``: a reader whose work with everything it could take in is at
-    most 1/granules of its site's work on its node takes in tasks that wait for
-    transfers; 0 never, 1 always (every candidate), and between, only small readers."""
-    one = lambda w: np.ones(len(w.task_tuple))  # noqa: E731  every task runs 1 s (none is cheap below 0)
+def _one_sum_per_site():
+    a, b = rng.normal(size=(4, 32)), rng.normal(size=(32, 4))
+    return matmul(td.from_numpy(a, (4, 4), name="A1"), td.from_numpy(b, (4, 4), name="B1"))  # 1x8x1 blocks
+
+
+@pytest.mark.parametrize("seconds", ["ones", "random"])
+def test_late_tasks_fuse_into_readers_that_are_small_granules_of_their_site(seconds):
+    """``Fusion.granules``: a late task (one whose reader waits for a transfer) fuses
+    into its reader exactly when the reader, with every input it could take in, runs
+    at most 1/granules of its site's work on its node — checked both ways against
+    the fusions that every candidate would make; 0 never, 1 always."""
+    r = np.random.default_rng(7)
+    if seconds == "ones":
+        secs = lambda w: np.ones(len(w.task_tuple))  # noqa: E731
+    else:
+        secs = lambda w: r.uniform(0.1, 3.0, len(w.task_tuple))  # noqa: E731
     for sites in (2, 3):
-        for expr in (_many_small_blocks(), PROGRAMS["nearest neighbour"]):
+        for name, expr in (("small blocks", _many_small_blocks()), ("nearest neighbour", PROGRAMS["nearest neighbour"]),
+                           ("one sum per site", _one_sum_per_site())):
             plan = td.compile(expr, sites)
             work = plan.work
+            timing = {}  # each node's task seconds, drawn once (the rule reads them node by node)
+
+            def one(w):
+                if w.node not in timing:
+                    timing[w.node] = secs(w)
+                return timing[w.node]
             plain = plan_work(plan.outputs).into
             assert plan_work(plan.outputs, fusion=Fusion(1, one, 0.0, 0)).into == plain
-            every = plan_work(plan.outputs, fusion=Fusion(1, one, 1e9)).into
+            every = plan_work(plan.outputs, fusion=Fusion(1, one, 1e9)).into  # every candidate
             assert plan_work(plan.outputs, fusion=Fusion(1, one, 0.0, 1)).into == every
-            assert plan_work(plan.outputs, fusion=Fusion(1, one, 0.0, 10_000)).into == plain
             some = plan_work(plan.outputs, fusion=Fusion(1, one, 0.0, 4)).into
             assert set(plain) <= set(some) <= set(every)
-            whole: dict = {}  # a task's seconds with all fused into it, transitively
+            fused: dict = {}
 
-            def seconds(task, into=some):
-                if task not in whole:
-                    whole[task] = 1 + sum(seconds(c) for c, r in into.items() if r == task)
-                return whole[task]
-            for task in set(some) - set(plain):  # each late task's reader is a small granule of its site
-                rn, rt = some[task]
-                site = work[rn].task_site[rt]
-                on_site = sum(seconds((rn, t)) for t in np.flatnonzero(work[rn].task_site == site))
-                assert 4 * seconds((rn, rt)) <= on_site
-            if expr is not PROGRAMS["nearest neighbour"]:  # 16 sums, 8 or 5-6 to a site: products join them
-                assert any(isinstance(n, LocalJoin) and n.kernel.name == "matmul" for n, _ in set(some) - set(plain))
+            def own(task):  # a task's seconds with what was fused into it
+                if task not in fused:
+                    fused[task] = float(timing[task[0]][task[1]]) + sum(own(c) for c, q in some.items() if q == task)
+                return fused[task]
+
+            def whole(task):  # ... with every input it could take in
+                return float(timing[task[0]][task[1]]) + sum(own(c) for c, q in every.items() if q == task)
+
+            def small(task):
+                n, t = task
+                on_site = np.flatnonzero(work[n].task_site == work[n].task_site[t])
+                return 4 * whole(task) <= sum(whole((n, u)) for u in on_site.tolist()) + 1e-9
+            for task in set(some) - set(plain):  # taken in late: its reader is a small granule
+                assert small(some[task])
+            for task in set(every) - set(some):  # left out: its reader is not
+                assert not small(every[task])
+            late_products = [n for n, _ in set(some) - set(plain) if isinstance(n, LocalJoin) and n.kernel.name == "matmul"]
+            if name == "small blocks":  # 16 sums, 8 or 5-6 to a site: their products join them late
+                assert late_products
+            if name == "one sum per site":  # each site's products could join its one sum, and do not
+                assert set(every) > set(plain) and some == plain
 
 
 @pytest.mark.parametrize("sites", [2, 3])
 def test_a_plan_whose_late_products_fuse_into_small_granules_computes_the_expression(sites):
     spec = td.ClusterSpec(sites, task_overhead=1e-9)  # no task is cheap: only granules fuse late tasks
     plan = td.optimize(_many_small_blocks(), sites, cluster=spec, objective="time")
-    assert set(plan_work(plan.outputs, fusion=Fusion(1)).into) < set(plan.work.into)
+    no_granules = dataclasses.replace(fusion_for(spec), granules=0)
+    assert set(plan_work(plan.outputs, fusion=no_granules).into) < set(plan.work.into)
     check_work(plan)
 
 

@@ -78,7 +78,8 @@ class FewestBytes:
 
 class FastestTime:
     """Least predicted seconds on a cluster (:mod:`tra_dask.optimizer.time`: a
-    critical-path model over the plan's work), subject to memory; floats moved,
+    critical-path model over the plan's work, bounded below by the busiest site's
+    total), subject to memory; floats moved,
     tasks and tuples break ties.
 
     ``cluster``: a :class:`~tra_dask.optimizer.cluster.ClusterSpec` (from

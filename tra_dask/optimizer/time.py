@@ -22,7 +22,7 @@ thing after another: independent branches overlap only where they run on differe
 sites (two outputs that each recompute a shared forward pass on the same workers
 take the sum, not the larger, of the two; measured on an FFNN step whose two
 gradients each planned the 1000x59754x1000 product anew: 1.19 s predicted without
-the bound, 1.53 s ran).  Tasks are charged for the whole plan, not per site:
+the bound, 1.39-1.50 s ran).  Tasks are charged for the whole plan, not per site:
 the client lowers and submits every task and the scheduler dispatches them one by
 one, which ``td.calibrate`` measures as a serial cost (a many-task plan on tiny
 chunks is as slow on 3 workers as on 2).  We chose a stage model over a per-site
@@ -79,14 +79,17 @@ __all__ = ["kernel_class", "kernel_rate", "plan_seconds", "with_seconds", "node_
 # their transfers).
 CHEAP_TASKS = 2.0
 
-# A reader that is at most 1/LATE_GRANULES of its site's work on its node may take in
-# tasks that wait for transfers (physical.work's fusion): the site has other readers
-# to run while it waits.  Measured on the development VM (2 workers, interleaved, best
-# of 3, every late task fused against the rule before): the 4000³ multiply's products
-# fused into sums 8 to a site (4x4x4 blocks) 0.80-0.90x the time, 32 to a site
-# (8x8x8) 0.64-0.82x, 8000x1000x8000 in 8x2x8 blocks 0.88-0.99x; into 2 sums to a site
-# (1000x64000x1000, 2x16x2 blocks) 0.86x and 1.04x; into the one sum of each site
-# (1x8x1 blocks) 1.66-1.78x.
+# A reader that is at most 1/LATE_GRANULES of its site's work on its node (per worker
+# thread) may take in tasks that wait for transfers (physical.work's fusion): the
+# site has other readers to run while it waits.  Measured on the development VM (2
+# workers x 1 thread, full-size benchmark multiplies, interleaved, best of 3, same
+# plans).  First every late task fused, against cheap ones only: the 4000³ multiply's
+# products fused into sums 8 to a site (4x4x4 blocks) 0.80-0.90x the time, 32 to a
+# site (8x8x8) 0.64-0.82x, 8000x1000x8000 in 8x2x8 blocks 0.88-0.99x; into 2 sums to
+# a site (1000x64000x1000, 2x16x2 blocks) 0.86x and 1.04x; into the one sum of each
+# site (1x8x1 blocks) 1.66-1.78x.  Then this rule (4) against cheap ones only: 4x4x4
+# 0.86-1.01x, 8x8x8 0.67-0.83x, 8x2x8 0.87-0.90x, 2x16x2 0.91-0.95x, 1x8x1 left alone;
+# nearest neighbour 0.77-0.90x, FFNN speech 0.90-0.93x; 3 workers 0.70-0.96x.
 LATE_GRANULES = 4
 
 
@@ -165,12 +168,12 @@ def plan_seconds(cost: Cost, spec: ClusterSpec) -> tuple[float, dict]:
         spec = spec.with_sites(cost.sites)
     per_node: dict = {}
     finish: dict = {}
-    on_site = np.zeros(cost.sites)
+    on_site = np.zeros(cost.sites)  # every node's vector has one entry per site of the plan
     for node, nc in cost.nodes.items():  # plan order: children before parents
         t, v = _memo_seconds(nc, spec)
         per_node[node] = t
         finish[node] = t + max((finish[c] for c in node.children if c in finish), default=0.0)
-        on_site[:len(v)] += v
+        on_site += v
     path = max(max(finish.values(), default=0.0), float(on_site.max(initial=0.0)))
     return (spec.submit_overhead + cost.tasks * spec.task_overhead + path, per_node)
 

@@ -63,7 +63,8 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 class Fusion:
     """What the fusion pass (:class:`PlanWork`) needs to know of the cluster:
     ``threads`` per worker, and which tasks are cheap — ``task_seconds(node_work)``
-    gives the seconds each of a node's tasks runs (None: no task is cheap), and a
+    gives the seconds each of a node's tasks runs (None: no task is cheap and no
+    late task fuses), and a
     task fused with its fused inputs of at most ``cheap_below`` seconds is cheap;
     ``granules``: a reader whose work, with all it could take in, is at most
     ``1/granules`` of its site's work on its node takes in late tasks too (0: never;
@@ -408,11 +409,11 @@ class PlanWork:
       pays a per-task overhead: the products of a matmul on small blocks fused into
       their sum run 40% faster on the development VM); or unless the reader is a
       *small granule* of its site's work: the reader with everything it could take
-      in runs at most ``1/fusion.granules`` of what its site runs for the reader's
-      node, so that while it waits for its transfers the site has other readers to
-      run, and what fusion delays is at most the tail of one granule (a multiply's
-      products fused into sums that are 8 to a site ran 10-36% faster on the
-      development VM; into the one sum of each site, 1.7x slower);
+      in runs at most ``1/(fusion.granules x threads)`` of what its site runs for
+      the reader's node, so that while it waits for its transfers the site has
+      other readers to run, and what fusion delays is at most the tail of one
+      granule (:data:`tra_dask.optimizer.time.LATE_GRANULES` has the measurements;
+      measured on one-thread workers only);
     * ``threads > 1`` (workers that run several tasks at once): a reader takes in
       at most one task, so that no two tasks that could run side by side run one
       after the other inside it.
@@ -496,8 +497,9 @@ def _fusion(work: PlanWork, fusion: Fusion) -> dict:
     one reader (the rules are in :class:`PlanWork`'s doc).  Vectorised over every
     task of the plan at once: a task is a global id (``base[node] + task``), and a
     node's tuples map to the id of the task that makes them through aliases
-    (:func:`_producer_ids`); the one rule that depends on what was fused before (a
-    cheap task's work includes its fused inputs') runs node by node in plan order."""
+    (:func:`_producer_ids`); the rules that read what was fused before (a cheap
+    task's, and a small granule's, work includes its fused inputs') run node by
+    node in plan order."""
     order = [n for n in work.order if work.nodes[n].ntasks]
     base, total = {}, 0
     for n in order:
@@ -567,7 +569,7 @@ def _fusion(work: PlanWork, fusion: Fusion) -> dict:
             r, every = sc[lo:hi] - b, cand[lo:hi]
             whole = work_in[b:b + m] + np.bincount(r[every], weights=work_in[spc[lo:hi][every]], minlength=m)
             on_site = np.bincount(site[b:b + m], weights=whole)
-            here |= every & (whole * fusion.granules <= on_site[site[b:b + m]])[r]
+            here |= every & (whole * (fusion.granules * fusion.threads) <= on_site[site[b:b + m]])[r]
         if fusion.threads > 1 and here.any():  # one per reader: its first candidate slot in call order
             at = np.flatnonzero(here)
             _, first = np.unique(sc[lo:hi][at], return_index=True)
