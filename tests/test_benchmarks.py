@@ -75,3 +75,16 @@ def test_time_model_quick_run():
     rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.stdout.splitlines() if line.startswith("| 2 |")]
     assert rows and rows[0][3].startswith("tra_dask chosen")
     assert all(float(r[4]) > 0 and float(r[5]) > 0 for r in rows), rows
+
+
+def test_late_fusion_quick_run():
+    """benchmarks/late_fusion.py: the time objective's plan with and without the
+    small-granule rule, run on one placement; a row with both systems' times."""
+    out = subprocess.run([sys.executable, "late_fusion.py", "--quick", "--only", "blocks 8x8x8"], cwd=BENCH,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.stdout.splitlines() if line.startswith("| 2 |")]
+    assert len(rows) == 1, out.stdout
+    before_min, before_tasks, granules_min, granules_tasks = float(rows[0][3]), int(rows[0][5]), float(rows[0][7]), \
+        int(rows[0][9])
+    assert before_min > 0 and granules_min > 0 and before_tasks > 0 and granules_tasks > 0
