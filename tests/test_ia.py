@@ -250,3 +250,19 @@ def test_placements_naming_missing_sources():
 def test_simulate_wants_a_plan():
     with pytest.raises(TypeError, match="compile a TRA expression first"):
         td.simulate(A)
+
+
+def test_copies_of_a_key_are_compared_on_their_finite_values():
+    """simulate's check that two sites' copies of a key agree: an inf in the chunk must
+    not make the tolerance infinite (it did: atol scaled by the largest magnitude)."""
+    from tra_dask.physical.simulate import _same_copy
+
+    a = np.array([np.inf, 1.0, 2.0])
+    assert _same_copy(a, a.copy())
+    assert _same_copy(a, a * (1 + 1e-12))  # the last bits of a BLAS path
+    assert not _same_copy(a, np.array([np.inf, 1.0, 3.0]))  # a wrong value beside an inf
+    assert not _same_copy(a, np.array([-np.inf, 1.0, 2.0]))
+    assert _same_copy(np.array([np.nan, 1.0]), np.array([np.nan, 1.0]))
+    assert not _same_copy(np.array([np.nan, 1.0]), np.array([0.0, 1.0]))
+    assert not _same_copy(np.arange(3), np.arange(3) + np.array([0, 0, 1]))
+    assert not _same_copy(np.zeros(3), np.zeros(4))

@@ -113,11 +113,24 @@ def _choose(node: PNode, sites: Sites) -> dict:
                 a, b = np.asarray(out[t.key].chunk), np.asarray(t.chunk)
                 # replicas computed on different sites may differ in the last bit (BLAS
                 # takes other paths for other memory layouts); partial folds differ a lot
-                if a.shape != b.shape or not np.allclose(a, b, rtol=1e-9, atol=1e-12 * max(1.0, float(np.abs(a).max(initial=0)))):
+                if not _same_copy(a, b):
                     raise RuntimeError(f"{node.label}: copies of key {t.key} differ between sites (partial result?)")
             else:
                 out[t.key] = t
     return out
+
+
+def _same_copy(a: np.ndarray, b: np.ndarray) -> bool:
+    """Two sites' copies of one key agree: equal shapes, the same infinities and NaNs,
+    and finite values within 1e-9 relative and 1e-12 of the largest finite magnitude
+    (an inf or a NaN in the chunk must not make the tolerance infinite)."""
+    if a.shape != b.shape:
+        return False
+    if a.dtype.kind not in "fc":
+        return bool(np.array_equal(a, b))
+    finite = np.isfinite(a)
+    scale = float(np.abs(a[finite]).max(initial=0))
+    return bool(np.allclose(a, b, rtol=1e-9, atol=1e-12 * max(1.0, scale), equal_nan=True))
 
 
 def _size(chunk) -> int:
