@@ -402,3 +402,27 @@ def test_data_dask_moved_after_planning_is_planned_for_where_it_is(client):
     by_hand = td.compile(matmul(A, A), sites=3, placements={"X": {k: away for k in A.keys}})
     with pytest.raises(ValueError, match=r"lives on site"):  # placed by hand: the caller's choice stands
         td.submit(by_hand, client=client)
+
+
+def test_a_wait_returns_when_the_last_result_arrives_and_works_inside_a_done_callback(client):
+    """``_wait_done`` is woken by the futures' done-callbacks (no polling interval: a
+    plan's results are not late by up to 20 ms), and a wait started inside a Dask
+    done-callback (where those callbacks would queue behind it) still returns."""
+    import threading
+    import time
+
+    from tra_dask.runtime import _wait_done
+
+    slow = client.submit(time.sleep, 0.3, pure=False)
+    t0 = time.perf_counter()
+    _wait_done([slow], client)
+    took = time.perf_counter() - t0
+    assert slow.done() and 0.25 < took < 5
+    inner = client.submit(time.sleep, 0.2, pure=False)
+    seen = threading.Event()
+
+    def in_callback(_):
+        _wait_done([inner], client, timeout=10)
+        seen.set()
+    client.submit(int, 1, pure=False).add_done_callback(in_callback)
+    assert seen.wait(15) and inner.done()
