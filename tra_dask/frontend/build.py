@@ -64,12 +64,14 @@ class RegionChunks:
         if not (hasattr(out, "shape") and hasattr(out, "astype")):  # (a cupy array stays one)
             out = np.asarray(out)
         want = tuple(r.stop - r.start for r in region)
-        where = f"from_region: {self.fn!r} returned {out.dtype} of shape {tuple(out.shape)} for the region " \
-                f"{[(r.start, r.stop) for r in region]}"
+
+        def where():  # (formatted only for an error: a chunk is loaded on the hot path)
+            return (f"from_region: {self.fn!r} returned {out.dtype} of shape {tuple(out.shape)} for the region "
+                    f"{[(r.start, r.stop) for r in region]}")
         if tuple(out.shape) != want:
-            raise ValueError(f"{where}, which has shape {want}")
+            raise ValueError(f"{where()}, which has shape {want}")
         if not np.can_cast(out.dtype, self.dtype, casting="same_kind"):
-            raise TypeError(f"{where}; the array is {np.dtype(self.dtype)}, and {out.dtype} does not cast to it "
+            raise TypeError(f"{where()}; the array is {np.dtype(self.dtype)}, and {out.dtype} does not cast to it "
                             f"without changing kind")
         return out.astype(self.dtype, copy=False)
 

@@ -451,26 +451,7 @@ def _wait_done(futures, client: Client | None = None, pinned=(), timeout: float 
     pending = [f for f in futures if not f.done()]
     watch = _Watch(client, pinned) if pinned and pending else None
     if pending:
-        done = threading.Event()
-        left, lock = [len(pending)], threading.Lock()
-
-        def one_done(_):
-            with lock:
-                left[0] -= 1
-                if left[0] <= 0:
-                    done.set()
-        if threading.current_thread().name.startswith("Dask-Callback-Thread"):
-            # called from a future's done-callback: the callbacks below would queue behind
-            # this one (Dask runs them on one thread) — look at the futures instead
-            def finished():
-                time.sleep(0.005)
-                return all(f.done() for f in pending)
-        else:
-            for f in pending:
-                f.add_done_callback(one_done)
-
-            def finished():
-                return done.wait(_WAKE)
+        finished = _woken_when_done(pending)
         last_check = start
         while not finished():
             now = time.monotonic()
@@ -484,6 +465,29 @@ def _wait_done(futures, client: Client | None = None, pinned=(), timeout: float 
 
 
 _WAKE = 0.05  # seconds: how often a wait looks at announced removals and the deadline
+
+
+def _woken_when_done(pending: list):
+    """``finished() -> bool``: True once every future of ``pending`` is done, else
+    False after at most :data:`_WAKE` seconds.  Each future's done-callback counts it
+    down and the last one sets an event — except inside a Dask done-callback, where
+    those callbacks would queue behind the caller (Dask runs them on one thread): there
+    it looks at the futures every 5 ms."""
+    if threading.current_thread().name.startswith("Dask-Callback-Thread"):
+        def finished():
+            time.sleep(0.005)
+            return all(f.done() for f in pending)
+        return finished
+    done, lock, left = threading.Event(), threading.Lock(), [len(pending)]
+
+    def one_done(_):
+        with lock:
+            left[0] -= 1
+            if left[0] <= 0:
+                done.set()
+    for f in pending:
+        f.add_done_callback(one_done)
+    return lambda: done.wait(_WAKE)
 
 
 def _check_lost(futures, client: Client, pinned) -> None:
