@@ -174,6 +174,36 @@ def test_in_process_data_is_sent_once(client):
         del client.scatter
 
 
+def test_a_repeated_submission_hashes_each_array_once_not_its_chunks(client, monkeypatch):
+    """Naming in-process chunks by content hashes data on every submission; a strided
+    chunk is copied to be hashed.  Unchanged arrays are hashed whole (no copy), their
+    chunks' names remembered; a changed array's chunks are hashed again."""
+    import tra_dask.lowering as lowering
+
+    hashed = []
+    real = lowering.tokenize
+
+    def spy(x, *a, **k):
+        hashed.append(getattr(x, "shape", None))
+        return real(x, *a, **k)
+
+    monkeypatch.setattr(lowering, "tokenize", spy)
+    x = np.random.default_rng(4).random((400, 300))
+    y = np.random.default_rng(5).random((300, 200))
+    X, Y = td.from_numpy(x, (100, 150), name="X"), td.from_numpy(y, (150, 100), name="Y")
+    td.submit(matmul(X, Y), client=client).wait()
+    assert (100, 150) in hashed  # the first submission names every chunk
+    hashed.clear()
+    rf = td.submit(matmul(X, Y), client=client)
+    np.testing.assert_allclose(rf.to_numpy(), x @ y, rtol=1e-12)
+    assert sorted(hashed) == [(300, 200), (400, 300)]  # the two arrays, whole
+    x[399, 299] = -1.0
+    hashed.clear()
+    rf = td.submit(matmul(X, Y), client=client)
+    np.testing.assert_allclose(rf.to_numpy(), x @ y, rtol=1e-12)
+    assert hashed.count((100, 150)) == 8 and hashed.count((400, 300)) == 1
+
+
 def _run_script(tmp_path, body: str, timeout=120):
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(body))

@@ -148,6 +148,7 @@ def _visit_source(node: PSource, w: NodeWork, task_keys: list, out: Lowered):
         return
     tra_keys, rows = t.key_list(), node.layout.rows
     shapes = t.chunk_shapes() if w.kind == "load" else None
+    content = None  # the whole array's token (see _chunk_token)
     for j, (key, i, site) in enumerate(zip(task_keys, w.task_tuple.tolist(), w.task_site.tolist())):
         tk = tra_keys[int(rows[i])]
         if w.kind == "load":
@@ -157,16 +158,45 @@ def _visit_source(node: PSource, w: NodeWork, task_keys: list, out: Lowered):
             worker = out.workers[site]
             if isinstance(chunk, np.ndarray):
                 # a view: copied (if not contiguous) only when sent, one worker's chunks at a time;
-                # named by content, position and worker, so a later submission of the same
-                # data finds it there (runtime's scatter cache) and it is not sent again
+                # named by its array's content, its position and worker, so a later submission
+                # of the same data finds it there (runtime's scatter cache) and it is not sent
+                # again; a change anywhere in the array renames (and resends) all its chunks
                 owner = getattr(src, "array", chunk)
-                key = task_keys[j] = (f"tra-data-{_tag(owner)}-{tokenize(chunk)}", worker) + tuple(int(v) for v in tk)
+                if isinstance(owner, np.ndarray) and owner is not chunk:
+                    content = content or tokenize(owner)
+                    token = _chunk_token(owner, content, chunk)
+                else:
+                    token = tokenize(chunk)
+                key = task_keys[j] = (f"tra-data-{_tag(owner)}-{token}", worker) + tuple(int(v) for v in tk)
                 out.scatter_owner[key] = owner
             out.scatter[worker][key] = chunk
             out.planned[key] = worker
 
 
 _TAGS: dict = {}  # id(array) -> a tag unique to that array object while it lives
+_CHUNK_TOKENS: dict = {}  # id(array) -> (the array's token, {chunk's place in it: chunk's token})
+
+
+def _chunk_token(owner: np.ndarray, content: str, chunk: np.ndarray) -> str:
+    """The content token of ``chunk``, a view of ``owner`` whose own token is
+    ``content``.  Hashing a strided chunk copies it, and every submission names its
+    chunks again; so each chunk's token is remembered while the array's is the same
+    (same content, so the same chunks), and found by hashing only when the array
+    changed — then only the chunks that changed get new names and are sent again."""
+    ident = id(owner)
+    seen = _CHUNK_TOKENS.get(ident)
+    if seen is None or seen[0] != content:
+        if seen is None:
+            try:
+                weakref.finalize(owner, _CHUNK_TOKENS.pop, ident, None)
+            except TypeError:  # not weak-referenceable: not remembered
+                return tokenize(chunk)
+        seen = _CHUNK_TOKENS[ident] = (content, {})
+    place = (chunk.__array_interface__["data"][0], chunk.shape, chunk.strides)
+    token = seen[1].get(place)
+    if token is None:
+        token = seen[1][place] = tokenize(chunk)
+    return token
 
 
 def _tag(owner) -> str:
