@@ -24,7 +24,12 @@ across the run) and its task stream, in seconds per worker (sum over workers / w
   graph transfer to the scheduler, the first task's scheduling, the client learning
   of the results.
 
-    python benchmarks/profile_plans.py --label after [--repeat 2] [--sites 2] [--only matmul ffnn nn] [--quick]
+With ``--placement tra_dask`` tra_dask's inputs are where its own plan puts them (the
+same data as ``td.from_numpy`` sources, sent once before timing, as a training loop's
+arrays are); dask.array's stay where Dask persisted them.
+
+    python benchmarks/profile_plans.py --label after [--repeat 2] [--sites 2] [--only matmul ffnn nn]
+        [--placement dask|tra_dask] [--quick]
 
 Run it against another commit for a "before" table: ``git worktree add /tmp/x <commit>``,
 then ``PYTHONPATH=/tmp/x python benchmarks/profile_plans.py --label before`` (the workers
@@ -144,7 +149,11 @@ def _run_tra(client, arrays, tra, names):
     """One tra_dask run over persisted ``arrays``: plan (timed apart), submit, wait;
     the plan's predicted seconds on this cluster as ``td.calibrate`` measured it."""
     rel = [td.from_dask_array(x, client=client, name=nm) for x, nm in zip(arrays, names)]
-    expr = tra(rel)
+    return _run_expr(client, tra(rel))
+
+
+def _run_expr(client, expr):
+    """Plan ``expr`` (timed apart), submit it, wait: the breakdown of one run."""
     p0 = time.perf_counter()
     plan = td.plan_for(expr, client)
     planning = time.perf_counter() - p0
@@ -198,6 +207,33 @@ def _profile(client, inputs, tra, natural, names, seeds, repeat):
     return best
 
 
+def _profile_placed(client, inputs, tra, natural, names, seeds, repeat):
+    """As :func:`_profile`, but tra_dask places its inputs: the same data, gathered
+    into this process, enters as ``td.from_numpy`` sources in the same chunks; a first
+    submission (untimed) sends every chunk to the worker its plan chose, and the timed
+    runs — a user's next steps on the same arrays — find them there (tra_dask sends a
+    chunk of a live array once per worker, and drops the copies earlier plans moved,
+    so every run moves what its plan says).  dask.array runs on twins of the inputs
+    where Dask persisted them."""
+    best = {}
+    base = client.persist(inputs(next(seeds)))
+    wait(base)
+    local = [client.compute(x).result() for x in base]
+    expr = tra([td.from_numpy(a, x.chunksize, name=nm) for a, x, nm in zip(local, base, names)])
+    warm = td.submit(expr, client=client)
+    for one in warm if isinstance(warm, tuple) else (warm,):
+        one.wait()
+    del warm
+    runs = [("tra_dask", lambda: _run_expr(client, expr)),
+            ("dask.array", lambda: _run_dask(client, twins(client, base), natural))]
+    for i in range(repeat):
+        for system, run in runs if i % 2 == 0 else runs[::-1]:
+            r = run()
+            if system not in best or r["wall"] < best[system]["wall"]:
+                best[system] = r
+    return best
+
+
 def _numpy(client, inputs, natural, seeds, repeat):
     arrays = [client.compute(x).result() for x in client.persist(inputs(next(seeds)))]
     best = float("inf")
@@ -241,6 +277,9 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--dtype", default="float64")
     p.add_argument("--only", nargs="+", default=["matmul", "ffnn", "nn"], choices=["matmul", "ffnn", "nn"])
+    p.add_argument("--placement", choices=["dask", "tra_dask"], default="dask",
+                   help="where tra_dask's inputs are: where Dask persisted them (both systems the same), or "
+                        "where tra_dask's plan puts them (dask.array's still where Dask persisted them)")
     p.add_argument("--quick", action="store_true", help="small sizes, one repeat, nothing written")
     p.add_argument("--no-write", dest="write", action="store_false")
     args = p.parse_args(argv)
@@ -259,7 +298,8 @@ def main(argv=None):
     try:
         for name, inputs, tra, natural, names in _workloads(args):
             t_np = _numpy(client, inputs, natural, seeds, args.repeat)
-            best = _profile(client, inputs, tra, natural, names, seeds, args.repeat)
+            profile = _profile_placed if args.placement == "tra_dask" else _profile
+            best = profile(client, inputs, tra, natural, names, seeds, args.repeat)
             t_da = best["dask.array"]["wall"]
             for system, r in best.items():
                 cells = [f"{r[c]:.3f}" if c in r else "-" for c in COLS]
@@ -280,7 +320,8 @@ def main(argv=None):
     print(_error_line(errors))
     if args.write:
         write_section(f"profile: {args.label}", [
-            f"`python benchmarks/profile_plans.py --label {shlex.quote(args.label)} --repeat {args.repeat} --dtype {args.dtype}` at "
+            f"`python benchmarks/profile_plans.py --label {shlex.quote(args.label)} --repeat {args.repeat} --dtype {args.dtype}"
+            f"{' --placement tra_dask' if args.placement == 'tra_dask' else ''}` at "
             f"tra_dask {_commit()} — {machine_line(args)}. Seconds per worker; the run with the least wall of "
             f"{args.repeat} (categories: the script's doc); predicted: the plan's seconds under the time model on "
             f"this cluster as `td.calibrate` measured it ({spec!r}).", "", *lines, "", _error_line(errors)])
