@@ -1,5 +1,6 @@
 """The time model: ClusterSpec, td.calibrate, predicted seconds, the "time" objective."""
 
+import dataclasses
 import json
 import logging
 
@@ -127,6 +128,7 @@ def test_cluster_spec_bad_input_and_a_file(tmp_path):
                     ({"submit_overhead": 0}, "submit_overhead must be a positive"),
                     ({"blas_half_size": -1}, "blas_half_size must be a finite number >= 0"),
                     ({"fresh_bandwidth": 0}, "fresh_bandwidth must be a positive"),
+                    ({"blas_float32": 0}, "blas_float32 must be a positive"),
                     ({"rates": {"blas": 0}}, r"rates\['blas'\] must be a positive"),
                     ({"rates": {"gpu": 1e12}}, "unknown kernel class 'gpu'"),
                     ({"threads": 0}, "threads must be an int >= 1"),
@@ -173,6 +175,8 @@ def test_calibrate_a_local_cluster(cluster):
     assert spec.rates["blas"] > spec.rates["elementwise"] > 0  # a matrix product runs faster per flop
     assert 1e7 < spec.bandwidth < 1e12 and 0 < spec.task_overhead < 0.05 and 0 < spec.submit_overhead < 2
     assert spec.blas_half_size >= 0 and 1e7 < spec.fresh_bandwidth < 1e12
+    assert 1 < spec.blas_float32 < 8 and "float32 x" in repr(spec)  # measured, not the default's 2
+    assert spec.blas_float32 != td.ClusterSpec(2).blas_float32
     assert "new arrays written at" in repr(spec)
     info = cluster.scheduler_info()["workers"]
     assert spec.memory_per_site == min(w["memory_limit"] for w in info.values())
@@ -357,3 +361,25 @@ def test_independent_branches_on_the_same_sites_take_the_sum_of_their_times():
     both = td.optimize((matmul(A, B), matmul(C, D)), 2, cluster=spec)
     assert path(both) == pytest.approx(2 * path(one), rel=0.05)
     assert both.cost.seconds == pytest.approx(_by_hand(both, spec), rel=1e-9)
+
+
+def test_a_float32_matmul_runs_at_the_specs_float32_rate():
+    """A float32 product's rate is the float64 one times the spec's measured
+    ``blas_float32``; other kernels and dtypes scale by the itemsize."""
+    rng = np.random.default_rng(3)
+    plans = {dt: td.optimize(matmul(td.from_numpy(rng.random((400, 300)).astype(dt), (100, 100), name="A"),
+                                    td.from_numpy(rng.random((300, 200)).astype(dt), (100, 100), name="B")),
+                             sites=2, objective="bytes") for dt in ("float64", "float32", "float16")}
+    spec = td.ClusterSpec(2, blas_half_size=0, rates={"blas": 1e10, "elementwise": 1e9})
+
+    def rates(plan, spec):
+        return {kernel_class(getattr(n, "kernel", None)): kernel_rate(n, spec) for n in plan.nodes
+                if isinstance(n, (LocalJoin, LocalAggregate)) and getattr(n, "kernel", None) is not None}
+
+    assert rates(plans["float64"], spec) == {"blas": 1e10, "elementwise": 1e9}
+    assert rates(plans["float32"], spec) == {"blas": 2e10, "elementwise": 2e9}
+    assert rates(plans["float16"], spec) == {"blas": 4e10, "elementwise": 4e9}
+    fast = dataclasses.replace(spec, blas_float32=2.5)
+    assert rates(plans["float32"], fast) == {"blas": 2.5e10, "elementwise": 2e9}
+    assert rates(plans["float64"], fast) == rates(plans["float64"], spec)
+    assert plan_seconds(plans["float32"].cost, fast)[0] < plan_seconds(plans["float32"].cost, spec)[0]

@@ -5,7 +5,8 @@ A few seconds of measurements on the cluster itself (runtime layer: it talks to
 
 * **kernel rates** — every worker at once (so cores shared by several workers on one
   host are shared as they will be when a plan runs) runs a float64 matrix product
-  at two sizes (``"blas"``: the peak and the size at half of it) and an elementwise
+  at two sizes (``"blas"``: the peak and the size at half of it), a float32 one at
+  the larger size (its rate over float64's: ``blas_float32``) and an elementwise
   add (``"elementwise"``, elements/s) for a window, and the throughput over the
   window counts (work done / time taken); the median over workers;
 * **new memory** — the same way, the bytes/s at which a worker writes new arrays
@@ -91,6 +92,9 @@ def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.15
     for n in sizes:
         a, b = rng.random((n, n)), rng.random((n, n))
         out[f"blas{n}"] = _throughput(lambda a=a, b=b: a @ b, 2.0 * n ** 3, seconds)
+    n = sizes[-1]  # float32 at the larger size: the rate over float64's there
+    a, b = rng.random((n, n), dtype=_np.float32), rng.random((n, n), dtype=_np.float32)
+    out["blas_float32"] = _throughput(lambda: a @ b, 2.0 * n ** 3, seconds) / out[f"blas{n}"]
     return out
 
 
@@ -243,7 +247,7 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
     # kept arrays: at most 1/8 of a worker's memory
     per_worker = client.run(_kernel_rates, workers=workers, fresh_bytes=int(min(2**27, memory / 8)))
     med = {k: statistics.median(r[k] for r in per_worker.values())
-           for k in ("elementwise", "blas64", "blas512", "fresh")}
+           for k in ("elementwise", "blas64", "blas512", "fresh", "blas_float32")}
     peak, half = _blas_fit(med["blas64"], med["blas512"])
     rates = {"blas": peak, "elementwise": med["elementwise"]}
     submit_overhead, task_overhead = _overheads(client, workers)
@@ -260,6 +264,7 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
         sites=len(workers), memory_per_site=float(memory), bandwidth=float(bandwidth),
         bandwidth_local=float(local or bandwidth), hosts=tuple(host_ids[h] for h in hosts), rates=rates,
         task_overhead=float(task_overhead), submit_overhead=float(submit_overhead), blas_half_size=float(half),
+        blas_float32=float(med["blas_float32"]),
         fresh_bandwidth=float(med["fresh"]),
         threads=threads, source="",
     )

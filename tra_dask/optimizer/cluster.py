@@ -47,8 +47,10 @@ class ClusterSpec:
     worker moves to and from workers on other hosts, sent plus received (the time
     model charges a site both); ``bandwidth_local``: within one host (default:
     ``bandwidth``).  ``hosts``: the host of each site (default: all on one host).
-    ``rates``: kernel class -> peak rate per thread; ``blas_half_size``: the
-    product size n (of n×n×n) at which a matmul runs at half its peak.
+    ``rates``: kernel class -> peak rate per thread, in float64; ``blas_half_size``: the
+    product size n (of n×n×n) at which a matmul runs at half its peak;
+    ``blas_float32``: a float32 matmul's rate over a float64 one's (2 in theory: twice
+    the numbers per SIMD register; 2.4 measured on the development VM's OpenBLAS).
     ``fresh_bandwidth``: bytes/s at which a kernel's results are written as new
     arrays (into memory the worker freed before, or fresh pages if its allocator
     returns freed memory to the OS; the default is an ordinary machine's).
@@ -64,6 +66,7 @@ class ClusterSpec:
     task_overhead: float = 5e-4
     submit_overhead: float = 0.03
     blas_half_size: float = 32.0
+    blas_float32: float = 2.0
     fresh_bandwidth: float = 4e9
     threads: int = 1
     source: str = "defaults (a laptop-class machine)"
@@ -74,7 +77,8 @@ class ClusterSpec:
             raise ValueError(f"{where}: sites must be an int >= 1, got {self.sites!r}")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
             raise ValueError(f"{where}: threads must be an int >= 1, got {self.threads!r}")
-        for name in ("memory_per_site", "bandwidth", "task_overhead", "submit_overhead", "fresh_bandwidth"):
+        for name in ("memory_per_site", "bandwidth", "task_overhead", "submit_overhead", "fresh_bandwidth",
+                     "blas_float32"):
             object.__setattr__(self, name, _positive(where, name, getattr(self, name)))
         if isinstance(self.blas_half_size, bool) or not isinstance(self.blas_half_size, (int, float)) or not (
                 0 <= self.blas_half_size < float("inf")):
@@ -98,7 +102,7 @@ class ClusterSpec:
     def __hash__(self):
         return hash((self.sites, self.memory_per_site, self.bandwidth, self.bandwidth_local, self.hosts,
                      tuple(sorted(self.rates.items())), self.task_overhead, self.submit_overhead,
-                     self.blas_half_size, self.fresh_bandwidth, self.threads))
+                     self.blas_half_size, self.blas_float32, self.fresh_bandwidth, self.threads))
 
     @property
     def single_host(self) -> bool:
@@ -143,7 +147,8 @@ class ClusterSpec:
     def __repr__(self):
         r = ", ".join(f"{k} {v:.3g}/s" for k, v in self.rates.items())
         return (f"ClusterSpec({self.sites} sites x {self.threads} thread(s), {self.memory_per_site / 2**30:.1f} GiB "
-                f"each, link {self.link_bandwidth / 1e9:.2f} GB/s, {r} (blas half rate at n={self.blas_half_size:.0f}), "
+                f"each, link {self.link_bandwidth / 1e9:.2f} GB/s, {r} (blas half rate at n={self.blas_half_size:.0f}, "
+                f"float32 x{self.blas_float32:.2g}), "
                 f"new arrays written at {self.fresh_bandwidth / 1e9:.2g} GB/s, "
                 f"{self.task_overhead * 1e3:.2f} ms/task + {self.submit_overhead * 1e3:.0f} ms/submission; "
                 f"{self.source})")
