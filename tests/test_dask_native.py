@@ -201,7 +201,56 @@ def test_a_repeated_submission_hashes_each_array_once_not_its_chunks(client, mon
     hashed.clear()
     rf = td.submit(matmul(X, Y), client=client)
     np.testing.assert_allclose(rf.to_numpy(), x @ y, rtol=1e-12)
-    assert hashed.count((100, 150)) == 8 and hashed.count((400, 300)) == 1
+    # the changed array hashed whole, its chunks, then whole again (unchanged meanwhile: names kept)
+    assert hashed.count((100, 150)) == 8 and hashed.count((400, 300)) == 2
+    hashed.clear()
+    td.submit(matmul(X, Y), client=client).wait()
+    assert sorted(hashed) == [(300, 200), (400, 300)]
+    # a non-contiguous array is not hashed whole (that would copy all of it): its chunks every time
+    xt = x[:, :250]  # neither C- nor F-contiguous
+    assert not (xt.flags.c_contiguous or xt.flags.f_contiguous)
+    XT = td.from_numpy(xt, (100, 125), name="XT")
+    for _ in range(2):
+        hashed.clear()
+        rf = td.submit(matmul(XT, td.from_numpy(y[:250], (125, 100), name="Y2")), client=client)
+        np.testing.assert_allclose(rf.to_numpy(), xt @ y[:250], rtol=1e-12)
+        assert hashed.count((100, 125)) == 8 and (400, 250) not in hashed
+
+
+def test_chunk_names_found_while_the_array_changed_are_not_kept(client, monkeypatch):
+    """Another thread changing the array while its chunks are hashed: the names found
+    are not remembered, so a later submission hashes again (never a stale name)."""
+    import tra_dask.lowering as lowering
+
+    x = np.random.default_rng(6).random((200, 200))
+    y = np.random.default_rng(7).random((200, 100))
+    real, calls = lowering._content_token, []
+
+    def racing(a):
+        calls.append(a.shape)
+        if a.shape == (100, 100) and len(calls) == 3:  # while the chunks are being named
+            x[150, 150] += 1.0
+        return real(a)
+
+    monkeypatch.setattr(lowering, "_content_token", racing)
+    X, Y = td.from_numpy(x, (100, 100), name="X"), td.from_numpy(y, (100, 100), name="Y")
+    td.submit(matmul(X, Y), client=client).wait()
+    assert id(x) not in lowering._CHUNK_TOKENS  # the array changed meanwhile: nothing kept
+    monkeypatch.setattr(lowering, "_content_token", real)
+    rf = td.submit(matmul(X, Y), client=client)
+    np.testing.assert_allclose(rf.to_numpy(), x @ y, rtol=1e-12)
+    assert id(x) in lowering._CHUNK_TOKENS
+
+
+def test_two_chunkings_of_one_memory_map_are_two_sets_of_chunks(client, tmp_path):
+    """Dask's token of a memory map covers its bytes, not its shape: chunks of
+    different shapes at the same key and the same bytes must still differ."""
+    mm = np.memmap(tmp_path / "zeros.dat", dtype="float64", mode="w+", shape=(10, 10))
+    ones = np.ones((10, 10))
+    for chunks in ((2, 5), (5, 2)):
+        A = td.from_numpy(mm, chunks, name="M")
+        rf = td.submit(matmul(A, td.from_numpy(ones, (chunks[1], 10), name="O")), client=client)
+        np.testing.assert_allclose(rf.to_numpy(), np.zeros((10, 10)))
 
 
 def _run_script(tmp_path, body: str, timeout=120):

@@ -96,7 +96,7 @@ def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.15
     return out
 
 
-def _float32_speedup(rng, n: int, seconds: float, clock=time.perf_counter) -> float:
+def _float32_speedup(rng, n: int, seconds: float) -> float:
     """A float32 n×n×n product's rate over a float64 one's, the two run in turns over
     one window (their own windows, one after the other, read 2.5-3.1 on the
     development VM where turns read 2.3-2.5: the machine's pace drifts between
@@ -105,6 +105,7 @@ def _float32_speedup(rng, n: int, seconds: float, clock=time.perf_counter) -> fl
     a32, b32 = a.astype(np.float32), b.astype(np.float32)
     a @ b, a32 @ b32
     t64 = t32 = 0.0
+    clock = time.perf_counter
     reps, t0 = 0, clock()
     while clock() < t0 + seconds or reps < 3:
         s = clock()

@@ -148,7 +148,7 @@ def _visit_source(node: PSource, w: NodeWork, task_keys: list, out: Lowered):
         return
     tra_keys, rows = t.key_list(), node.layout.rows
     shapes = t.chunk_shapes() if w.kind == "load" else None
-    content = None  # the whole array's token (see _chunk_token)
+    names = None  # the chunk names of the array they are cut from (see _ChunkNames)
     for j, (key, i, site) in enumerate(zip(task_keys, w.task_tuple.tolist(), w.task_site.tolist())):
         tk = tra_keys[int(rows[i])]
         if w.kind == "load":
@@ -158,45 +158,73 @@ def _visit_source(node: PSource, w: NodeWork, task_keys: list, out: Lowered):
             worker = out.workers[site]
             if isinstance(chunk, np.ndarray):
                 # a view: copied (if not contiguous) only when sent, one worker's chunks at a time;
-                # named by its array's content, its position and worker, so a later submission
-                # of the same data finds it there (runtime's scatter cache) and it is not sent
-                # again; a change anywhere in the array renames (and resends) all its chunks
+                # named by its content, position and worker, so a later submission of the same
+                # data finds it there (runtime's scatter cache) and it is not sent again
                 owner = getattr(src, "array", chunk)
                 if isinstance(owner, np.ndarray) and owner is not chunk:
-                    content = content or tokenize(owner)
-                    token = _chunk_token(owner, content, chunk)
+                    names = _ChunkNames(owner) if names is None else names
+                    token = names(chunk)
                 else:
-                    token = tokenize(chunk)
+                    token = _content_token(chunk)
                 key = task_keys[j] = (f"tra-data-{_tag(owner)}-{token}", worker) + tuple(int(v) for v in tk)
                 out.scatter_owner[key] = owner
             out.scatter[worker][key] = chunk
             out.planned[key] = worker
+    if names is not None:
+        names.close()
 
 
 _TAGS: dict = {}  # id(array) -> a tag unique to that array object while it lives
 _CHUNK_TOKENS: dict = {}  # id(array) -> (the array's token, {chunk's place in it: chunk's token})
 
 
-def _chunk_token(owner: np.ndarray, content: str, chunk: np.ndarray) -> str:
-    """The content token of ``chunk``, a view of ``owner`` whose own token is
-    ``content``.  Hashing a strided chunk copies it, and every submission names its
-    chunks again; so each chunk's token is remembered while the array's is the same
-    (same content, so the same chunks), and found by hashing only when the array
-    changed — then only the chunks that changed get new names and are sent again."""
-    ident = id(owner)
-    seen = _CHUNK_TOKENS.get(ident)
-    if seen is None or seen[0] != content:
-        if seen is None:
-            try:
-                weakref.finalize(owner, _CHUNK_TOKENS.pop, ident, None)
-            except TypeError:  # not weak-referenceable: not remembered
-                return tokenize(chunk)
-        seen = _CHUNK_TOKENS[ident] = (content, {})
-    place = (chunk.__array_interface__["data"][0], chunk.shape, chunk.strides)
-    token = seen[1].get(place)
-    if token is None:
-        token = seen[1][place] = tokenize(chunk)
-    return token
+def _content_token(x: np.ndarray) -> str:
+    """A name for an array's content, shape and dtype (dask's token of a memory map
+    covers its bytes only)."""
+    return tokenize(x, x.shape, x.dtype.str)
+
+
+class _ChunkNames:
+    """Content names of the chunks cut from one array, for one lowering.  Hashing a
+    strided chunk copies it, and every submission names its chunks again; so a
+    contiguous array is hashed whole (no copy) and each chunk's name is remembered
+    while the array's is the same (same content, so the same chunks) — found by hashing
+    only when the array changed, and then only the chunks that changed get new names
+    and are sent again.  A name found by hashing a chunk is kept only if the array was
+    still the same after it (another thread may change the array meanwhile).  A
+    non-contiguous array (hashing it whole would copy all of it at once) has its chunks
+    hashed every time."""
+
+    def __init__(self, owner: np.ndarray):
+        self.owner, self.memo, self.content, self.found = owner, None, None, False
+        if not (owner.flags.c_contiguous or owner.flags.f_contiguous):
+            return
+        ident = id(owner)
+        content = _content_token(owner)
+        seen = _CHUNK_TOKENS.get(ident)
+        if seen is None or seen[0] != content:
+            if seen is None:
+                try:
+                    weakref.finalize(owner, _CHUNK_TOKENS.pop, ident, None)
+                except TypeError:  # not weak-referenceable: not remembered
+                    return
+            seen = _CHUNK_TOKENS[ident] = (content, {})
+        self.memo, self.content = seen[1], content
+
+    def __call__(self, chunk: np.ndarray) -> str:
+        if self.memo is None:
+            return _content_token(chunk)
+        place = (chunk.__array_interface__["data"][0], chunk.shape, chunk.strides, chunk.dtype.str)
+        token = self.memo.get(place)
+        if token is None:
+            token = self.memo[place] = _content_token(chunk)
+            self.found = True
+        return token
+
+    def close(self) -> None:
+        """Forget the names this lowering found if the array changed while it hashed."""
+        if self.found and _content_token(self.owner) != self.content:
+            _CHUNK_TOKENS.pop(id(self.owner), None)
 
 
 def _tag(owner) -> str:

@@ -45,8 +45,9 @@ rate falls on small chunks, see :class:`ClusterSpec`), ``"elementwise"`` for eve
 other kernel (memory bound: its flop count is about one per element touched).  Rates
 are calibrated in float64; a float32 matmul runs at the spec's measured ``blas_float32``
 multiple of the float64 rate (it was taken as 2: the float32 rows of the benchmarks
-were over-predicted by 18-48% where their kernels ran 2.3x the float64 rate), every
-other narrower dtype at 8 / itemsize.
+were over-predicted by 18-48% where their kernels ran 2.3x the float64 rate), other
+matmuls at the float64 rate; elementwise kernels of a narrower dtype at 8 / itemsize
+times theirs.
 A kernel task's result is a new array (one per task: ``physical.work``'s task list),
 written at the spec's ``fresh_bandwidth`` (``td.calibrate`` measures it: fast where
 the worker reuses memory it freed, as slow as a transfer where every new array
@@ -131,12 +132,13 @@ def kernel_rate(node, spec: ClusterSpec) -> float:
     """Flops (elements) per second per thread of the node's kernel on its chunks."""
     kernel = _kernel_of(node)
     cls = kernel_class(kernel)
-    # rates are for float64; narrower floats go through SIMD units and memory that
-    # many times faster: a float32 matmul as the spec says (td.calibrate measures it:
-    # 2.3-2.5x on the development VM), everything else by the itemsize
+    # rates are for float64: a float32 matmul runs at the spec's multiple of it
+    # (td.calibrate measures it: 2.3-2.5x on the development VM), other matmuls at the
+    # float64 rate (numpy has no BLAS for integers or float16: not faster, and not
+    # measured); elementwise kernels move narrower items that many times faster
     dtype = node.type.dtype
-    if cls == "blas" and dtype == np.float32:
-        peak = spec.rates[cls] * spec.blas_float32
+    if cls == "blas":
+        peak = spec.rates[cls] * (spec.blas_float32 if dtype == np.float32 else 1.0)
     else:
         peak = spec.rates[cls] * (8 / max(min(dtype.itemsize, 8), 2))
     if cls != "blas" or not spec.blas_half_size:
