@@ -242,6 +242,27 @@ def test_chunk_names_found_while_the_array_changed_are_not_kept(client, monkeypa
     assert id(x) in lowering._CHUNK_TOKENS
 
 
+def test_in_process_arrays_changed_between_submissions_never_give_stale_results(client):
+    """Random in-place changes (a region, a single element, none) to a contiguous
+    array and to a strided view of another, between submissions in two chunkings:
+    every result equals numpy's on the data as it is at the submission."""
+    rng = np.random.default_rng(11)
+    x = rng.random((60, 40))
+    base = rng.random((40, 90))
+    y = base[:, ::2]  # 40 x 45, not contiguous
+    for step in range(14):
+        which, how = rng.integers(2), rng.integers(3)
+        a = x if which == 0 else base
+        if how == 1:
+            i, j = rng.integers(0, a.shape[0] - 5), rng.integers(0, a.shape[1] - 5)
+            a[i:i + 5, j:j + 5] = rng.random((5, 5))
+        elif how == 2:
+            a[tuple(rng.integers(0, n) for n in a.shape)] += 1.0
+        cx, cy = ((20, 20), (20, 15)) if step % 2 else ((30, 10), (10, 45))
+        rf = td.submit(matmul(td.from_numpy(x, cx, name="X"), td.from_numpy(y, cy, name="Y")), client=client)
+        np.testing.assert_allclose(rf.to_numpy(), x @ y, rtol=1e-12)
+
+
 def test_two_chunkings_of_one_memory_map_are_two_sets_of_chunks(client, tmp_path):
     """Dask's token of a memory map covers its bytes, not its shape: chunks of
     different shapes at the same key and the same bytes must still differ."""
