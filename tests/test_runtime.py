@@ -426,3 +426,36 @@ def test_a_wait_returns_when_the_last_result_arrives_and_works_inside_a_done_cal
         seen.set()
     client.submit(int, 1, pure=False).add_done_callback(in_callback)
     assert seen.wait(15) and inner.done()
+
+
+def _slow_plus_one(x):
+    time.sleep(1.0)
+    return x + 1
+
+
+def _plus(a, b):
+    return a + b
+
+
+def test_a_cancel_that_would_drop_the_client_connection_is_not_made(client):
+    """distributed's cancel asserts that every task it cancels, dependents included, is
+    wanted by a client; a key read by a task nobody wants (a later plan's intermediate)
+    fails that assertion on the scheduler and the client's connection drops, with every
+    future it holds.  The recovery and the embedded cluster's shutdown cancel through
+    ``cancel_safely``: such a key is left alone, the others are cancelled."""
+    from distributed import wait
+
+    from tra_dask.runtime.cluster import cancel_safely
+
+    other = client.submit(lambda: 42, pure=False)
+    x = client.submit(lambda: 1, pure=False)
+    lone = client.submit(time.sleep, 30, pure=False)
+    wait([other, x])
+    mid, out = f"mid-{x.key}", f"out-{x.key}"
+    res = client.get({mid: (_slow_plus_one, x), out: (_plus, mid, 1)}, out, sync=False)
+    time.sleep(0.3)  # the intermediate is running: a dependent of x that no client wants
+    cancel_safely(client, [x, lone])
+    assert lone.cancelled() or lone.status == "cancelled"
+    assert not x.cancelled() and x.result(timeout=30) == 1
+    assert res.result(timeout=30) == 3 and other.result(timeout=30) == 42
+    assert client.status == "running"

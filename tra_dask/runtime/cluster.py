@@ -232,7 +232,7 @@ def _close_embedded() -> None:
             try:
                 _wait_done(pending, client, timeout=5)
             except TimeoutError:
-                client.cancel(pending, force=True)
+                cancel_safely(client, pending)
                 client.run(lambda: None)  # a round trip: the cancellations have reached the workers
         except Exception:
             pass
@@ -322,6 +322,47 @@ def _resolve(client, sites):
             need = len(sites) if sites else None
         client = embedded_client(need)
     return client, _workers(client, sites)
+
+
+def cancel_safely(client: Client, futures: list) -> None:
+    """``client.cancel(futures, force=True)``, except for keys whose cancellation would
+    reach a task no client wants (a task of a later plan that reads them, waiting or
+    done): distributed's ``stimulus_cancel`` asserts that every task it cancels is
+    wanted, and that failure drops the client's connection to the scheduler — and with
+    it every future the client holds, other results included (distributed 2026.8.0).
+    Those keys are not cancelled; they are released when the caller drops its futures.
+    When the scheduler cannot be asked, nothing is cancelled."""
+    if not futures:
+        return
+    try:
+        ok = set(client.run_on_scheduler(_cancellable, keys=[f.key for f in futures]))
+    except Exception:
+        return
+    safe = [f for f in futures if f.key in ok]
+    if safe:
+        client.cancel(safe, force=True)
+
+
+def _cancellable(dask_scheduler, keys: list) -> list:
+    """The keys of ``keys`` whose every dependent, transitively, is wanted by a client
+    (what ``stimulus_cancel`` asserts of every task it cancels)."""
+    out = []
+    for k in keys:
+        ts = dask_scheduler.tasks.get(k)
+        if ts is None:
+            continue
+        stack, seen = [ts], set()
+        while stack:
+            t = stack.pop()
+            if t.key in seen:
+                continue
+            seen.add(t.key)
+            if not t.who_wants:
+                break
+            stack.extend(t.dependents)
+        else:
+            out.append(k)
+    return out
 
 
 def _who_has(client: Client, keys: list) -> dict:

@@ -14,7 +14,8 @@ from ..logical import ClusterSource, to_numpy
 from ..lowering import Lowered
 from ..optimizer import Plan
 from ..types import RelationType
-from .cluster import WorkersLeft, _FetchFromCluster, _Vanished, _check_client, _wait_done, watched, workers_info
+from .cluster import (WorkersLeft, _FetchFromCluster, _Vanished, _check_client, _wait_done, cancel_safely, watched,
+                      workers_info)
 
 MAX_RECOVERIES = 5
 
@@ -84,7 +85,7 @@ class Submission:
             old.__dict__.update(fresh.__dict__, **extra)
         sub.outputs = olds
         try:
-            self.client.cancel(stale, force=True)  # tasks pinned to the lost workers
+            cancel_safely(self.client, stale)  # tasks pinned to the lost workers
         except Exception:
             pass
 
