@@ -142,6 +142,11 @@ def test_cluster_spec_bad_input_and_a_file(tmp_path):
     path = tmp_path / "spec.json"
     SPEC.save(path)
     assert td.ClusterSpec.load(path) == SPEC
+    # its hash is kept once computed, but neither saved nor pickled (str hashes are per process)
+    import pickle
+
+    assert hash(td.ClusterSpec.load(path)) == hash(SPEC) and "_hash" not in json.loads(path.read_text())
+    assert "_hash" not in pickle.loads(pickle.dumps(SPEC)).__dict__ and pickle.loads(pickle.dumps(SPEC)) == SPEC
     # a file saved before a field existed loads with that field's default
     d = json.loads(path.read_text())
     del d["fresh_bandwidth"], d["blas_float32"]

@@ -100,9 +100,16 @@ class ClusterSpec:
         object.__setattr__(self, "hosts", hosts)
 
     def __hash__(self):
-        return hash((self.sites, self.memory_per_site, self.bandwidth, self.bandwidth_local, self.hosts,
-                     tuple(sorted(self.rates.items())), self.task_overhead, self.submit_overhead,
-                     self.blas_half_size, self.blas_float32, self.fresh_bandwidth, self.threads))
+        h = self.__dict__.get("_hash")
+        if h is None:  # a spec keys the time model's memo of every node it costs: hashed once
+            h = hash((self.sites, self.memory_per_site, self.bandwidth, self.bandwidth_local, self.hosts,
+                      tuple(sorted(self.rates.items())), self.task_overhead, self.submit_overhead,
+                      self.blas_half_size, self.blas_float32, self.fresh_bandwidth, self.threads))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self):  # the hash is per process (str hashes are salted): not pickled
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     @property
     def single_host(self) -> bool:
