@@ -459,3 +459,26 @@ def test_a_cancel_that_would_drop_the_client_connection_is_not_made(client):
     assert not x.cancelled() and x.result(timeout=30) == 1
     assert res.result(timeout=30) == 3 and other.result(timeout=30) == 42
     assert client.status == "running"
+
+
+def test_a_submission_asks_the_scheduler_once_per_question(client, monkeypatch):
+    """The plugins are registered once per scheduler a client talks to (not on every
+    submission), and where the inputs' chunks live is one question for all inputs."""
+    import tra_dask.runtime.cluster as cluster
+    import tra_dask.runtime.resident as resident
+
+    registered, asked = [], []
+    real_register, real_who_has = client.register_plugin, resident._who_has
+    monkeypatch.setattr(client, "register_plugin", lambda p, *a, **k: registered.append(p) or real_register(p, *a, **k))
+    monkeypatch.setattr(resident, "_who_has", lambda c, keys: asked.append(len(keys)) or real_who_has(c, keys))
+    cluster._REGISTERED.pop(client, None)
+    rng = np.random.default_rng(8)
+    a, b = td.from_numpy(rng.random((40, 30)), (10, 10), name="A"), td.from_numpy(rng.random((30, 20)), (10, 10), name="B")
+    first = td.submit(a, client=client).wait()
+    second = td.submit(b, client=client).wait()
+    assert len(registered) == 2  # the two plugins, on the first submission only
+    plan = td.plan_for(matmul(first, second), client)
+    asked.clear()
+    rf = td.submit(plan, client=client)
+    np.testing.assert_allclose(rf.to_numpy(), td.to_numpy(a) @ td.to_numpy(b), rtol=1e-12)
+    assert asked == [12 + 6] and len(registered) == 2  # both inputs' chunks in one question

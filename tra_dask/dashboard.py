@@ -1,6 +1,6 @@
 """The tra_dask page in the Dask dashboard.
 
-A scheduler plugin (registered by the runtime at each submission; idempotent) that
+A scheduler plugin (registered by the runtime once per scheduler; idempotent) that
 
 * records which worker computed each task (so placement can be checked from the
   scheduler's own transitions),

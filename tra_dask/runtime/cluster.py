@@ -251,17 +251,29 @@ except Exception:  # pragma: no cover - other interpreters
 # task records on the scheduler
 
 
+_SCHEDULER_ID: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # client -> its scheduler's id, last seen
+_REGISTERED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # client -> the scheduler id it registered on
+
+
 def _ensure_recorder(client: Client) -> bool:
     """Register the tra_dask scheduler plugins: task records and the dashboard page;
-    the keeper of work a recovery reads (:mod:`tra_dask.runtime.keeper`)."""
+    the keeper of work a recovery reads (:mod:`tra_dask.runtime.keeper`).  Once per
+    scheduler a client talks to (its id, as :func:`workers_info` last saw it: a
+    scheduler restarted at the same address is another one), not on every submission
+    (two round trips)."""
     from .keeper import TraKeeper
 
+    sid = _SCHEDULER_ID.get(client)
+    if sid is not None and _REGISTERED.get(client) == sid:
+        return True
     try:
         client.register_plugin(TraScheduler())
         client.register_plugin(TraKeeper())
-        return True
     except Exception:  # a scheduler that cannot import tra_dask: no records, nothing else lost
         return False
+    if sid is not None:
+        _REGISTERED[client] = sid
+    return True
 
 
 # ---------------------------------------------------------------------------
@@ -272,7 +284,10 @@ def workers_info(client: Client) -> dict:
     ``client.scheduler_info()`` returns the client's cached identity, which its own
     periodic refresh (asking for no workers) may overwrite between the fetch and the
     read: an empty worker list on a healthy cluster, now and then."""
-    return dict(client.sync(client.scheduler.identity, n_workers=-1).get("workers", {}))
+    ident = client.sync(client.scheduler.identity, n_workers=-1)
+    if ident.get("id") is not None:
+        _SCHEDULER_ID[client] = ident["id"]
+    return dict(ident.get("workers", {}))
 
 
 def _check_client(client: Client) -> None:

@@ -67,11 +67,12 @@ def _cluster_placements(expr, client: Client, workers: list[str]) -> dict:
     out = {}
     for src in sources:
         _check_cluster_source(src, client)
-        keys = [k for _, k in src.dask_keys]
+    keys = list(dict.fromkeys(k for src in sources for _, k in src.dask_keys))
+    who = _who_has(client, keys) if keys else {}  # one round trip for all of them
+    if len(who) < len(keys):  # still being computed: wait for them, then ask again
+        _wait_done([f for src in sources for f in _keeper_futures(src) if f.key not in who], client, timeout=300)
         who = _who_has(client, keys)
-        if len(who) < len(keys):  # still being computed: wait for them, then ask again
-            _wait_done([f for f in _keeper_futures(src) if f.key not in who], client, timeout=300)
-            who = _who_has(client, keys)
+    for src in sources:
         items = []
         for tra_key, dk in src.dask_keys:
             holders = [w for w in who.get(dk, ()) if w in workers]
@@ -89,9 +90,10 @@ def _check_plan_sources(plan: Plan, client: Client, workers: list[str]) -> None:
 
     nodes = [n for n in plan.nodes if isinstance(n, PSource) and isinstance(n.source, ClusterSource)]
     for node in nodes:
+        _check_cluster_source(node.source, client)
+    who = _who_has(client, [k for n in nodes for _, k in n.source.dask_keys]) if nodes else {}  # one round trip
+    for node in nodes:
         src = node.source
-        _check_cluster_source(src, client)
-        who = _who_has(client, [k for _, k in src.dask_keys])
         holders = {tk: {workers.index(w) for w in who.get(dk, ()) if w in workers} for tk, dk in src.dask_keys}
         for site, keys in enumerate(node.layout.site_keys(node.type)):
             for k in keys:
