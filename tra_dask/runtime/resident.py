@@ -61,17 +61,25 @@ def _check_cluster_source(src: ClusterSource, client: Client) -> None:
             )
 
 
+def _where(client: Client, sources: list, wait: bool = False) -> dict:
+    """``{dask key: [worker, ...]}`` for the chunks of cluster-resident ``sources``
+    (each checked usable here first), asked of the scheduler in one round trip; with
+    ``wait``, chunks still being computed are waited for, then asked again."""
+    for src in sources:
+        _check_cluster_source(src, client)
+    keys = list(dict.fromkeys(k for src in sources for _, k in src.dask_keys))
+    who = _who_has(client, keys) if keys else {}
+    if wait and len(who) < len(keys):
+        _wait_done([f for src in sources for f in _keeper_futures(src) if f.key not in who], client, timeout=300)
+        who = _who_has(client, keys)
+    return who
+
+
 def _cluster_placements(expr, client: Client, workers: list[str]) -> dict:
     """Fixed placements of cluster-resident sources: where their data is."""
     sources = [n for n in toposort(flatten_outputs(expr)[0]) if isinstance(n, ClusterSource)]
     out = {}
-    for src in sources:
-        _check_cluster_source(src, client)
-    keys = list(dict.fromkeys(k for src in sources for _, k in src.dask_keys))
-    who = _who_has(client, keys) if keys else {}  # one round trip for all of them
-    if len(who) < len(keys):  # still being computed: wait for them, then ask again
-        _wait_done([f for src in sources for f in _keeper_futures(src) if f.key not in who], client, timeout=300)
-        who = _who_has(client, keys)
+    who = _where(client, sources, wait=True)
     for src in sources:
         items = []
         for tra_key, dk in src.dask_keys:
@@ -89,9 +97,7 @@ def _check_plan_sources(plan: Plan, client: Client, workers: list[str]) -> None:
     from ..physical import PSource
 
     nodes = [n for n in plan.nodes if isinstance(n, PSource) and isinstance(n.source, ClusterSource)]
-    for node in nodes:
-        _check_cluster_source(node.source, client)
-    who = _who_has(client, [k for n in nodes for _, k in n.source.dask_keys]) if nodes else {}  # one round trip
+    who = _where(client, [n.source for n in nodes])
     for node in nodes:
         src = node.source
         holders = {tk: {workers.index(w) for w in who.get(dk, ()) if w in workers} for tk, dk in src.dask_keys}
