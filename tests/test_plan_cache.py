@@ -96,6 +96,24 @@ def test_the_cache_keeps_no_data_alive():
     assert hit.alternatives and all(td.simulate(alt).result.keys() == got.keys() for alt in hit.alternatives)
 
 
+@pytest.mark.parametrize("sites", [2, 3])
+def test_explain_counts_alternatives_without_making_them(sites):
+    """Fusing and timing each alternative costs ms (60 ms for the FFNN xml step's, on
+    every submission: td.submit's dashboard record is the plan's explain); the count
+    it shows needs none of them made."""
+    rng = np.random.default_rng(sites)
+    first, nxt = (_mm(rng.random((9, 6)), rng.random((6, 8))) for _ in range(2))
+    cache = PlanCache()
+    cache.put(signature(first)[0], td.optimize(first, sites=sites), _sources(first))
+    hit = cache.get(signature(nxt)[0], nxt, _sources(nxt))
+    for plan in (td.optimize(first, sites=sites), hit):
+        text = plan.explain()
+        assert not isinstance(plan._alternatives, tuple)  # counted, not made
+        n = len(plan.alternatives)
+        assert n > 0 and f"; {n} alternatives kept" in text
+        assert plan.explain() == text  # the same once they are made
+
+
 def test_lru_evicts_and_refuses():
     cache = PlanCache(maxsize=2)
     exprs = [_mm(np.ones((4 + i, 3)), np.ones((3, 2))) for i in range(3)]

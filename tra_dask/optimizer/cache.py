@@ -133,8 +133,7 @@ def rebind(plan: Plan, old_sources: list, new_expr, new_sources: list, *, keep_s
                      search=_summary(plan.search),
                      stages=tuple(dataclasses.replace(st, plan=None) for st in plan.stages))  # theirs hold sources
 
-    def alternatives():
-        return tuple(again(a) for a in plan.alternatives)
+    alternatives = _Pending(lambda: tuple(again(a) for a in plan.alternatives), plan._alternatives_count)
 
     def compiled():
         c = plan.compiled
@@ -146,6 +145,19 @@ def rebind(plan: Plan, old_sources: list, new_expr, new_sources: list, *, keep_s
     stage = Stage("cache", None, time.perf_counter() - t0,
                   "reused the plan of an earlier submission of the same structure, over this expression's sources")
     return out.with_stage(stage)
+
+
+class _Pending:
+    """Alternatives made when first read, that can be counted without making them."""
+
+    def __init__(self, make, count):
+        self.make, self.count = make, count
+
+    def __call__(self):
+        return self.make()
+
+    def __len__(self) -> int:
+        return self.count()
 
 
 _DERIVED = ("_type", "_layout", "_join_type")  # what a physical node derives from its inputs' types and placements

@@ -155,11 +155,17 @@ class Alternatives:
         self.chosen, self.pairs, self.fuse = chosen, list(pairs), fuse
 
     def __call__(self) -> list:
+        return [self.fuse.plan(outs, cost) for outs, cost in self._distinct()]
+
+    def __len__(self) -> int:  # without fusing them
+        return len(self._distinct())
+
+    def _distinct(self) -> list:
         seen, out = [self.chosen], []
         for outs, cost in self.pairs:
             if all(outs != o for o in seen):
                 seen.append(outs)
-                out.append(self.fuse.plan(outs, cost))
+                out.append((outs, cost))
         return out
 
     def rebound(self, remake) -> "Alternatives":
