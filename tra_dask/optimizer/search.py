@@ -27,7 +27,12 @@ tuples the results need, what the runtime makes), and the objective picks the be
 A shared subexpression is a node of the compiled DAG and gets one candidate list;
 the consumers pick from it independently, so a result may use two placements of a
 shared node (computed twice, costed twice — the exact cost of the combined plan
-counts each once per distinct physical node).
+counts each once per distinct physical node).  When the best plan does compute one
+twice (an FFNN step's forward product, read by both weight updates, planned under
+each update's preferred placement: 50% more flops), its readers are planned again
+over each of those candidates alone (``reshare`` rounds, highest such node first),
+and the plans that result join the ones combined before: one computation the
+readers adapt to, or two, whichever the objective prefers.
 
 Every plan a rule yields costs one unit of ``budget``; when it runs out the search
 stops expanding, says so (``truncated``) and returns the best plan found.  It always
@@ -172,19 +177,21 @@ def delivered_cost(root: PNode, model: str = "exact") -> Cost:
 
 def search(outputs, rules, *, model: str = "exact", objective: Objective | None = None,
            memory_limit: float | None = None, budget: int = 50_000, beam: int = 6, rounds: int = 3,
-           final: int = 64) -> SearchResult:
+           final: int = 64, reshare: int = 3) -> SearchResult:
     """The cheapest plan equivalent to ``outputs`` (compiled IA nodes) under ``rules``
     (see the module docstring).  ``beam``: placement signatures kept per node;
-    ``final``: candidates per output costed exactly at the end."""
+    ``final``: candidates per output costed exactly at the end; ``reshare``: rounds
+    of planning a twice-computed subexpression's readers over one of its candidates."""
     outputs = canonical(list(outputs))
     with contraction_memo(), interned(toposort(outputs)):
-        return _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds, final)
+        return _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds, final, reshare)
 
 
-def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds, final) -> SearchResult:
-    for name, v in (("budget", budget), ("beam", beam), ("rounds", rounds), ("final", final)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"the search's {name} must be an int >= 1, got {v!r}")
+def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds, final, reshare) -> SearchResult:
+    for name, v in (("budget", budget), ("beam", beam), ("rounds", rounds), ("final", final), ("reshare", reshare)):
+        least = 0 if name == "reshare" else 1
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
+            raise ValueError(f"the search's {name} must be an int >= {least}, got {v!r}")
     obj = objective if objective is not None else FewestBytes(memory_limit)
     b = _Budget(int(budget))
     delivered = _Delivered(model)
@@ -196,10 +203,9 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
     def score(n):
         return obj(delivered(n))
 
-    for node in toposort(outputs):
-        if isinstance(node, PSource):
-            alts[node] = sorted(_source_candidates(node), key=score)
-            continue
+    def expand(node, alts) -> tuple[list, list]:
+        """``node``'s candidates over its children's kept ones, closed under the rules,
+        ranked; and the kept few (module doc)."""
         seen: dict = {}
         partial = node.layout.partial
         for combo in itertools.product(*(alts[c] for c in node.children)):
@@ -224,10 +230,7 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
             if not new or b.truncated:
                 break
             frontier = new
-        cands = list(seen)
-        ncand += len(cands)
-        ranked = sorted(cands, key=score)
-        ranked_all[node] = ranked
+        ranked = sorted(seen, key=score)
         kept, sigs = [], set()
         for c in ranked:  # the cheapest per placement signature, cheapest signatures first
             s = _signature(c)
@@ -239,14 +242,71 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
         original = _signature(node)  # keep a candidate laid out like the compiled node:
         if all(_signature(c) != original for c in kept):  # its consumers were built for it
             kept += [c for c in ranked if _signature(c) == original][:1]
-        alts[node] = kept
-    if len(outputs) == 1:  # the output's candidates are the alternatives
-        o = outputs[0]
-        combos = [[c] for c in ranked_all.get(o, alts[o])[:final]]
-    else:
-        combos = [list(c) for c in itertools.islice(itertools.product(*(alts[o] for o in outputs)), final)]
-    combos = [canonical(c) for c in combos]  # shared nodes one object, as the Plan will hold them
-    costed = [(c, plan_cost(c, model)) for c in combos]
+        return ranked, kept
+
+    def combined(alts, ranked_all) -> list:
+        """The outputs' kept candidates combined (a single output's ranked ones), costed
+        exactly: each distinct physical node once."""
+        if len(outputs) == 1:  # the output's candidates are the alternatives
+            o = outputs[0]
+            combos = [[c] for c in ranked_all.get(o, alts[o])[:final]]
+        else:
+            combos = [list(c) for c in itertools.islice(itertools.product(*(alts[o] for o in outputs)), final)]
+        combos = [canonical(c) for c in combos]  # shared nodes one object, as the Plan will hold them
+        return [(c, plan_cost(c, model)) for c in combos]
+
+    for node in toposort(outputs):
+        if isinstance(node, PSource):
+            alts[node] = sorted(_source_candidates(node), key=score)
+            continue
+        ranked, alts[node] = expand(node, alts)
+        ncand += len(ranked)
+        ranked_all[node] = ranked
+    costed = combined(alts, ranked_all)
     costed.sort(key=lambda oc: obj(oc[1]))
+    tried: set = set()
+    for _ in range(reshare):  # a shared subexpression computed twice: plan its readers over one of them
+        fixed = _duplicated(costed[0][0], outputs, ranked_all, tried)
+        if fixed is None or b.truncated:
+            break
+        shared, impls = fixed
+        above = _above(outputs, shared)
+        for impl in impls:
+            tried.add(impl)
+            alts2, ranked2 = dict(alts), dict(ranked_all)
+            alts2[shared], ranked2[shared] = [impl], [impl]
+            for node in toposort(outputs):
+                if node in above:
+                    ranked2[node], alts2[node] = expand(node, alts2)
+                    ncand += len(ranked2[node])
+            known = {tuple(c) for c, _ in costed}
+            costed += [(c, cost) for c, cost in combined(alts2, ranked2) if tuple(c) not in known]
+        costed.sort(key=lambda oc: obj(oc[1]))
     best, best_cost = costed[0]
     return SearchResult(best, best_cost, costed, b.truncated, b.used, ncand, obj)
+
+
+def _duplicated(plan_outputs, outputs, ranked_all, tried):
+    """A subexpression of the compiled plan ``outputs`` that the plan ``plan_outputs``
+    computes more than once (two or more of its candidates are in the plan), the
+    highest such with a candidate not tried before, and those candidates; None if
+    there is none."""
+    nodes = set(toposort(plan_outputs))
+    for compiled in reversed(toposort(outputs)):
+        if isinstance(compiled, PSource) or compiled not in ranked_all:
+            continue
+        impls = [c for c in ranked_all[compiled] if c in nodes]
+        if len(impls) > 1:
+            fresh = [c for c in impls if c not in tried]
+            if fresh:
+                return compiled, fresh
+    return None
+
+
+def _above(outputs, node) -> set:
+    """The nodes of ``outputs``'s DAG that read ``node``, directly or not."""
+    above: set = set()
+    for n in toposort(outputs):
+        if any(c is node or c in above for c in n.children):
+            above.add(n)
+    return above
