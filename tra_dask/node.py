@@ -91,6 +91,9 @@ class Node(ABC):
             a, b = stack.pop()
             if a is b or (id(a), id(b)) in seen:
                 continue
+            ca = a.__dict__.get("_canon", a)
+            if ca is b.__dict__.get("_canon", b):  # one was made as the other's equal (physical.nodes.interned)
+                continue
             if type(a) is not type(b) or hash(a) != hash(b) or a._params() != b._params():
                 return False
             if not a._same_extra(b):

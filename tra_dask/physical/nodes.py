@@ -54,6 +54,8 @@ class PNode(Node):
                 for name, value in same.__dict__.items():
                     if name not in _OWN and name not in self.__dataclass_fields__:
                         object.__setattr__(self, name, value)
+                # equal to it (same type, parameters and children): node equality stops here
+                object.__setattr__(self, "_canon", same.__dict__.get("_canon", same))
                 hash(self)
                 return
         super().__post_init__()
