@@ -134,9 +134,10 @@ def _same_strategy(plan, picked):
 def run_case(client, build, repeat, seeds, k_alternatives):
     """Time the chosen plan, one alternative per other strategy and the default
     spec's and the bytes objective's choices, interleaved, each round on one
-    placement (module doc).  Returns [(label, predicted s, {round: wall}, busy runs)]."""
+    placement (module doc).  Returns [(label, predicted s, {round: wall}, busy runs,
+    MiB moved)] (predicted seconds and MiB: the median of its rounds')."""
     labels, picks, others, chosen_as = None, None, {}, []
-    walls, predicted, busy = {}, {}, {}
+    walls, predicted, busy, moved = {}, {}, {}, {}
     for r in range(repeat):
         inputs = Inputs(client, next(seeds))
         plan = td.plan_for(build(client, inputs.copy()), client, objective="time")  # the round's placement
@@ -152,6 +153,7 @@ def run_case(client, build, repeat, seeds, k_alternatives):
             labels = ["chosen"] + [name for _, name in picks[1:]] + list(others)
             walls = {lab: {} for lab in labels}
             predicted = {lab: [] for lab in labels}
+            moved = {lab: [] for lab in labels}
             busy = {lab: 0 for lab in labels}
         del plan  # (it holds the round's first copy: runs use their own)
         for lab in labels[r % len(labels):] + labels[:r % len(labels)]:
@@ -166,6 +168,7 @@ def run_case(client, build, repeat, seeds, k_alternatives):
                 if p is None:  # not among this placement's plans
                     continue
             predicted[lab].append(plan_seconds(p.cost, td.cluster_spec(client))[0])  # on *this* cluster
+            moved[lab].append(p.cost.bytes_moved / 2**20)  # (predicted = measured: tests/test_real_cluster.py)
             with LoadWatch(None) as w:
                 rf = td.submit(p, client=client)
                 for one in rf if isinstance(rf, tuple) else (rf,):
@@ -176,8 +179,8 @@ def run_case(client, build, repeat, seeds, k_alternatives):
     seen = list(dict.fromkeys(chosen_as))
     name = {"chosen": "tra_dask chosen: " + (seen[0] if len(seen) == 1 else
                                              " / ".join(f"{s} ({chosen_as.count(s)}x)" for s in seen))}
-    return [(name.get(lab, lab), statistics.median(predicted[lab]), walls[lab], busy[lab])
-            for lab in labels if walls[lab]]
+    return [(name.get(lab, lab), statistics.median(predicted[lab]), walls[lab], busy[lab],
+             statistics.median(moved[lab])) for lab in labels if walls[lab]]
 
 
 def main(argv=None):
@@ -212,12 +215,12 @@ def main(argv=None):
                 try:
                     rows = run_case(client, build, args.repeat, seeds, args.alternatives)
                 except RuntimeError as e:  # e.g. workers gone (out of memory): say so, keep what was measured
-                    row = f"| {sites} | {name} | {dtype} | failed: {str(e)[:120]} | | | | | | |"
+                    row = f"| {sites} | {name} | {dtype} | failed: {str(e)[:120]} | | | | | | | |"
                     print(row, flush=True)
                     lines.append(row)
                     break
-                rounds = sorted({r for _, _, w, _ in rows for r in w})
-                fastest = {r: min(w[r] for _, _, w, _ in rows if r in w) for r in rounds}  # of each round
+                rounds = sorted({r for _, _, w, _, _ in rows for r in w})
+                fastest = {r: min(w[r] for _, _, w, _, _ in rows if r in w) for r in rounds}  # of each round
 
                 def over_fastest(w):  # median over its rounds of its time / the round's fastest
                     return statistics.median(w[r] / fastest[r] for r in w)
@@ -225,14 +228,15 @@ def main(argv=None):
                 total += 1
                 within += over_fastest(rows[0][2]) <= 1.1
                 within_best += min(rows[0][2].values()) <= 1.1 * min(fastest.values())
-                by_bytes = next((w for lab, _, w, _ in rows if lab.startswith("chosen by bytes")), rows[0][2])
+                by_bytes = next((w for lab, _, w, _, _ in rows if lab.startswith("chosen by bytes")), rows[0][2])
                 bytes_within += over_fastest(by_bytes) <= 1.1
-                for lab, pred, w, busy in rows:
+                for lab, pred, w, busy, mib in rows:
                     m = min(w.values())
                     err = pred / m - 1
                     errors.append(err)
                     row = (f"| {sites} | {name} | {dtype} | {lab} | {pred:.3f} | {m:.3f} | "
-                           f"{statistics.median(w.values()):.3f} | {err:+.0%} | {over_fastest(w):.2f} | {busy or ''} |")
+                           f"{statistics.median(w.values()):.3f} | {err:+.0%} | {over_fastest(w):.2f} | {mib:.1f} | "
+                           f"{busy or ''} |")
                     print(row, flush=True)
                     lines.append(row)
         finally:
@@ -258,8 +262,8 @@ def main(argv=None):
             f"`python benchmarks/time_model.py --repeat {args.repeat} --scale {args.scale}` — {machine_line(A)}", "",
             "Calibration (`td.calibrate`):", "", *cal, "", *summary, "",
             "| workers | case | dtype | plan | predicted (s) | min (s) | median (s) | error | / fastest (median of rounds) "
-            "| busy runs |",
-            "|---:|---|---|---|---:|---:|---:|---:|---:|---:|", *lines])
+            "| MiB moved | busy runs |",
+            "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|", *lines])
 
 
 if __name__ == "__main__":
