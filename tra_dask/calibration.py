@@ -71,9 +71,11 @@ def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.3,
     (matmul at each of ``sizes``) over a window of repetitions — work done / time
     taken, not the best repetition's rate: where workers share cores (more workers
     than cores on a host) a single repetition often has a core to itself, which a
-    plan keeping every worker busy does not get.  Windows of 0.3 s: with 0.15 s, four
-    calibrations of one 3-worker cluster on 2 cores read the matmul rate at 6.3-8.3e10/s
-    (and 4.6e10 in another run), with 0.4 s 6.6-7.1e10."""
+    plan keeping every worker busy does not get.  Windows of 0.3 s for the rates the
+    model uses most (elementwise, the large matmul): with 0.15 s, four calibrations of
+    one 3-worker cluster on 2 cores read the matmul rate at 6.3-8.3e10/s (and 4.6e10 in
+    another run), with 0.4 s 6.6-7.1e10; half of it for the rest (the small matmul,
+    new memory, the float32 ratio: its fastest turns)."""
     import numpy as _np
 
     rng = _np.random.default_rng(0)
@@ -90,11 +92,11 @@ def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.3,
         kept = [_np.ones(m) for _ in range(8)]
         return len(kept)
 
-    out["fresh"] = _throughput(one_round, 64.0 * m, seconds)
+    out["fresh"] = _throughput(one_round, 64.0 * m, seconds / 2)
     for n in sizes:
         a, b = rng.random((n, n)), rng.random((n, n))
-        out[f"blas{n}"] = _throughput(lambda a=a, b=b: a @ b, 2.0 * n ** 3, seconds)
-    out["blas_float32"] = _float32_speedup(rng, sizes[-1], seconds)
+        out[f"blas{n}"] = _throughput(lambda a=a, b=b: a @ b, 2.0 * n ** 3, seconds if n == sizes[-1] else seconds / 2)
+    out["blas_float32"] = _float32_speedup(rng, sizes[-1], seconds / 2)
     return out
 
 
