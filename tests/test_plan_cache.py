@@ -261,10 +261,11 @@ def test_interning_nodes_in_a_search_changes_no_plan(sites, monkeypatch):
         assert [alt.cost.floats_moved for alt in a.alternatives] == [alt.cost.floats_moved for alt in b.alternatives]
 
 
-def test_a_node_made_as_an_equal_of_another_compares_equal_without_a_walk():
+def test_a_node_made_as_an_equal_of_another_compares_equal_without_a_walk(monkeypatch):
     """Inside a search a node equal to one made before points to it (``_canon``), and
-    equality stops there instead of walking both trees; nodes made apart still
-    compare by structure, and unequal ones stay unequal."""
+    equality stops there instead of comparing parameters down both trees; nodes made
+    apart still compare by structure, unequal ones stay unequal, and the links end
+    with the search (they would keep the other node alive)."""
     import dataclasses
 
     from tra_dask.node import toposort
@@ -272,13 +273,18 @@ def test_a_node_made_as_an_equal_of_another_compares_equal_without_a_walk():
     from tra_dask.physical.nodes import interned
 
     plan = td.compile(_mm(np.ones((9, 6)), np.ones((6, 8))), 2)
-    shuffles = [n for n in toposort(plan.outputs) if isinstance(n, Shuffle)]
-    assert shuffles
-    s = shuffles[0]
+    s = next(n for n in toposort(plan.outputs) if isinstance(n, Shuffle))
+    compared = []
+    real = Shuffle._same_extra
+    monkeypatch.setattr(Shuffle, "_same_extra", lambda a, b: compared.append(a) or real(a, b))
     with interned(toposort(plan.outputs)):
         again = dataclasses.replace(s, input=s.input)
         other = dataclasses.replace(s, dims=(1,) if s.dims != (1,) else (0,))
-    assert again is not s and again.__dict__["_canon"] is s and again == s
-    apart = dataclasses.replace(s, input=s.input)  # outside a search: no shortcut, same answer
-    assert "_canon" not in apart.__dict__ and apart == s == again
-    assert other != s and other.__dict__.get("_canon") is None
+        assert again is not s and again.__dict__["_canon"] is s
+        compared.clear()
+        assert again == s and not compared  # no walk
+        assert other != s and other.__dict__.get("_canon") is None
+    assert "_canon" not in again.__dict__  # ended with the block
+    apart = dataclasses.replace(s, input=s.input)  # outside a search: compared by structure
+    compared.clear()
+    assert apart == s == again and compared

@@ -153,12 +153,15 @@ class Alternatives:
 
     def __init__(self, chosen, pairs, fuse: _Fuser):
         self.chosen, self.pairs, self.fuse = chosen, list(pairs), fuse
+        self._count = None
 
     def __call__(self) -> list:
         return [self.fuse.plan(outs, cost) for outs, cost in self._distinct()]
 
     def __len__(self) -> int:  # without fusing them
-        return len(self._distinct())
+        if self._count is None:
+            self._count = len(self._distinct())
+        return self._count
 
     def _distinct(self) -> list:
         seen, out = [self.chosen], []

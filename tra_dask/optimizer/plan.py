@@ -99,10 +99,8 @@ class Plan:
     def _alternatives_count(self) -> int:
         """How many :attr:`alternatives` there are, without making them where the
         pending ones can count themselves (fusing each costs ms; explain only counts)."""
-        try:
-            return len(self._alternatives)
-        except TypeError:  # a plain callable
-            return len(self.alternatives)
+        a = self._alternatives
+        return len(a) if hasattr(a, "__len__") else len(self.alternatives)  # (a plain callable: made)
 
     def stage(self, name: str) -> Stage:
         """The stage called ``name`` (see :attr:`stages`)."""

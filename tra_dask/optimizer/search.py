@@ -30,9 +30,11 @@ shared node (computed twice, costed twice — the exact cost of the combined pla
 counts each once per distinct physical node).  When the best plan does compute one
 twice (an FFNN step's forward product, read by both weight updates, planned under
 each update's preferred placement: 50% more flops), its readers are planned again
-over each of those candidates alone (``reshare`` rounds, highest such node first),
-and the plans that result join the ones combined before: one computation the
-readers adapt to, or two, whichever the objective prefers.
+over each of those candidates alone (``reshare`` rounds, highest such node first,
+each round from the candidate lists the best plan so far was combined from), and the
+plans that result join the ones combined before: one computation the readers adapt
+to, or two, whichever the objective prefers.  (``truncated`` is the first pass's:
+planning again only adds plans.)
 
 Every plan a rule yields costs one unit of ``budget``; when it runs out the search
 stops expanding, says so (``truncated``) and returns the best plan found.  It always
@@ -263,39 +265,48 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
         ncand += len(ranked)
         ranked_all[node] = ranked
     costed = combined(alts, ranked_all)
+    made_from = {tuple(c): (alts, ranked_all) for c, _ in costed}  # the candidate lists each plan combines
     costed.sort(key=lambda oc: obj(oc[1]))
+    truncated = b.truncated  # (the first pass's: planning again only adds plans)
     tried: set = set()
     for _ in range(reshare):  # a shared subexpression computed twice: plan its readers over one of them
-        fixed = _duplicated(costed[0][0], outputs, ranked_all, tried)
+        base_alts, base_ranked = made_from[tuple(costed[0][0])]  # (a later round builds on the best's)
+        fixed = _duplicated(costed[0][0], outputs, base_ranked, tried)
         if fixed is None or b.truncated:
             break
         shared, impls = fixed
         above = _above(outputs, shared)
         for impl in impls:
             tried.add(impl)
-            alts2, ranked2 = dict(alts), dict(ranked_all)
+            alts2, ranked2 = dict(base_alts), dict(base_ranked)
             alts2[shared], ranked2[shared] = [impl], [impl]
             for node in toposort(outputs):
                 if node in above:
                     ranked2[node], alts2[node] = expand(node, alts2)
                     ncand += len(ranked2[node])
-            known = {tuple(c) for c, _ in costed}
-            costed += [(c, cost) for c, cost in combined(alts2, ranked2) if tuple(c) not in known]
+            for c, cost in combined(alts2, ranked2):
+                if tuple(c) not in made_from:
+                    made_from[tuple(c)] = (alts2, ranked2)
+                    costed.append((c, cost))
         costed.sort(key=lambda oc: obj(oc[1]))
     best, best_cost = costed[0]
-    return SearchResult(best, best_cost, costed, b.truncated, b.used, ncand, obj)
+    return SearchResult(best, best_cost, costed, truncated, b.used, ncand, obj)
 
 
 def _duplicated(plan_outputs, outputs, ranked_all, tried):
     """A subexpression of the compiled plan ``outputs`` that the plan ``plan_outputs``
-    computes more than once (two or more of its candidates are in the plan), the
-    highest such with a candidate not tried before, and those candidates; None if
-    there is none."""
+    computes more than once (two or more of its candidates are in the plan, neither
+    inside the other: a Broadcast's candidates include its input where the move is
+    dropped), the highest such with a candidate not tried before, and those
+    candidates; None if there is none."""
     nodes = set(toposort(plan_outputs))
     for compiled in reversed(toposort(outputs)):
         if isinstance(compiled, PSource) or compiled not in ranked_all:
             continue
         impls = [c for c in ranked_all[compiled] if c in nodes]
+        if len(impls) > 1:
+            inside = [set(toposort(c.children)) for c in impls]
+            impls = [c for c in impls if not any(c in below for below in inside)]
         if len(impls) > 1:
             fresh = [c for c in impls if c not in tried]
             if fresh:

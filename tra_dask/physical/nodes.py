@@ -11,6 +11,7 @@ partial aggregate fed to a join) is rejected there, with the keys and sites name
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -48,14 +49,17 @@ class PNode(Node):
             # made before in this search over the same arrays (its children's layouts are
             # these children's: a layout names the arrays its tuples hold, and equal nodes
             # built apart hold different ones): what it derived, and its memos
-            if same is not None and all(a.layout is b.layout for a, b in zip(self.children, same.children)):
+            # (and equal to it: parameters as its type rule left them, what no token names)
+            if (same is not None and all(a.layout is b.layout for a, b in zip(self.children, same.children))
+                    and same._params() == key[1] and self._same_extra(same)):
                 if "_cost_memo" not in same.__dict__:
                     object.__setattr__(same, "_cost_memo", {})
                 for name, value in same.__dict__.items():
                     if name not in _OWN and name not in self.__dataclass_fields__:
                         object.__setattr__(self, name, value)
-                # equal to it (same type, parameters and children): node equality stops here
+                # node equality stops here while the block lasts (Node.__eq__)
                 object.__setattr__(self, "_canon", same.__dict__.get("_canon", same))
+                table.made.append(weakref.ref(self))
                 hash(self)
                 return
         super().__post_init__()
@@ -96,8 +100,10 @@ def interned(seed=()):
     objects, see :func:`~tra_dask.node.canonical`) derive anew — a copied layout
     would name arrays of nodes not in the plan, and a transfer the plan makes twice
     would be counted once or a shared one twice.  ``seed``: nodes made before the block that it
-    builds on (the search's input, made canonical first).  The table ends with the block."""
-    table: dict = {}
+    builds on (the search's input, made canonical first).  The table ends with the block,
+    and so does each such node's link to the one it equals (``_canon``: it would keep
+    that node, and what it holds, alive as long as the plans)."""
+    table = _Table()
     for node in seed:
         table.setdefault((type(node), node._params(), node.children), node)
     token = _INTERN.set(table)
@@ -105,6 +111,19 @@ def interned(seed=()):
         yield
     finally:
         _INTERN.reset(token)
+        for ref in table.made:
+            node = ref()
+            if node is not None:
+                node.__dict__.pop("_canon", None)
+
+
+class _Table(dict):
+    """An :func:`interned` block's nodes by (type, parameters, children), and the
+    nodes that took an earlier one's derivations (weakly)."""
+
+    def __init__(self):
+        super().__init__()
+        self.made: list = []
 
 
 _OWN = frozenset({"_hash", "_kids", "_params_memo", "_label"})  # of the node itself, not shared with an equal one
