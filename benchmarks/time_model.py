@@ -24,14 +24,12 @@ plan's best round, as before, is reported beside it).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import statistics
 import sys
 import time
 import uuid
 
-import dask
 import dask.array as da
 import numpy as np
 from distributed import wait
@@ -133,27 +131,12 @@ def _same_strategy(plan, picked):
     return next((c for c in candidates if strategy(c) == name), None)
 
 
-# other choices timed beside the time objective's (a row when the strategy differs):
-# plan_for options, a Dask config set while planning ("config"), the calibrated links
-# scaled ("link": 1/3 read 29 of 32 where the time objective read 29, 2026-11-26 02:16)
+# other choices timed beside the time objective's, in the same rounds (a row when the
+# strategy differs): td.plan_for options.  (Tried 2026-11-26 and dropped: "of the plans
+# within 10% of the fastest, the fewest bytes", and the calibrated links at a third —
+# 29 of 32 each where the time objective read 29: benchmarks/README.md.)
 VARIANTS = (("chosen with the default spec", dict(objective="time", calibrate=False)),
             ("chosen by bytes", dict(objective="bytes")))
-
-
-def _plan_variant(client, expr, kw):
-    """``td.plan_for`` as a :data:`VARIANTS` entry says."""
-    kw = dict(kw)
-    config, link = kw.pop("config", {}), kw.pop("link", None)
-    spec = td.cluster_spec(client)
-    try:
-        if link is not None:
-            td.set_cluster_spec(client, dataclasses.replace(
-                spec, bandwidth=spec.bandwidth * link, bandwidth_local=(spec.bandwidth_local or spec.bandwidth) * link))
-        with dask.config.set(config):
-            return td.plan_for(expr, client, **kw)
-    finally:
-        if link is not None:
-            td.set_cluster_spec(client, spec)
 
 
 def run_case(client, build, repeat, seeds, k_alternatives):
@@ -170,7 +153,7 @@ def run_case(client, build, repeat, seeds, k_alternatives):
             picks = plans_to_time(plan, k_alternatives)
             chosen_strategy = picks[0][1].split(": ", 1)[1]
             for label, kw in VARIANTS:
-                q = _plan_variant(client, build(client, inputs.copy()), kw)
+                q = td.plan_for(build(client, inputs.copy()), client, **kw)
                 name = strategy(q) or "compiled"
                 if name != chosen_strategy:
                     others[f"{label}: {name}"] = kw
@@ -186,7 +169,7 @@ def run_case(client, build, repeat, seeds, k_alternatives):
                 p = td.plan_for(expr, client, objective="time")  # what the time objective picks here
                 chosen_as.append(strategy(p) or "compiled")
             elif lab in others:
-                p = _plan_variant(client, expr, others[lab])
+                p = td.plan_for(expr, client, **others[lab])
             else:
                 p = _same_strategy(td.plan_for(expr, client, objective="time"), next(pk for pk in picks if pk[1] == lab))
                 if p is None:  # not among this placement's plans
