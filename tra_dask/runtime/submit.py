@@ -55,7 +55,8 @@ def _plan_for(expr, client, sites, *, optimize, memory_limit, cost_model, object
     if not optimize:
         return compile(expr, sites=len(workers), placements=placements, cost_model=cost_model)
     room = None
-    if memory_limit is None:
+    own = not (objective is None or isinstance(objective, str))  # an Objective object: its own limit and cluster
+    if memory_limit is None and not own:
         memory_limit = room = _memory_budget(client, workers)
     cluster = None
     if objective == "time":
@@ -139,7 +140,9 @@ def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: 
     memory_limit : bytes per site, optional
         Default: the smallest memory limit of the chosen workers (if they have one).
     objective : "time" (default), "bytes" or an Objective
-        What the optimizer minimises (see :func:`tra_dask.optimize`).
+        What the optimizer minimises (see :func:`tra_dask.optimize`).  An Objective
+        object brings its own memory limit and cluster spec (the workers' memory
+        and the calibration are not used).
     calibrate : bool
         For the time objective: measure the cluster on its first plan (cached, ~3-4 s)
         rather than use the default :class:`~tra_dask.ClusterSpec`.
