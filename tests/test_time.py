@@ -109,6 +109,38 @@ def test_imbalance_and_slow_links_cost_time():
     assert spread.cost.seconds < plan_seconds(serial.cost, fast)[0]
 
 
+def test_workers_sharing_a_hosts_cores_take_an_idle_ones_core():
+    """Three single-threaded workers on a 2-core host: the measured rates are shared
+    ones, and a worker that idles gives its core to the others — 8/4/4 units of work
+    take as long as 6/5/5 (the host's 16 units over its 2 cores at 1.5x the shared
+    rate), where three cores would finish 6/5/5 first."""
+    from tra_dask.optimizer.time import busiest
+
+    shared, own = td.ClusterSpec(3, cores=2), td.ClusterSpec(3)
+    assert [len(s) for s, _, _ in shared.shared_hosts] == [3] and not own.shared_hosts
+    assert not td.ClusterSpec(3, cores=3).shared_hosts and not td.ClusterSpec(3, cores=2, hosts=(0, 1, 2)).shared_hosts
+    for v in ([8.0, 4.0, 4.0], [6.0, 5.0, 5.0]):
+        assert busiest(np.array(v), shared) == pytest.approx(16 / 3)
+    assert busiest(np.array([8.0, 4, 4]), own) == 8 and busiest(np.array([6.0, 5, 5]), own) == 6
+    assert busiest(np.array([3.0, 0, 0]), shared) == pytest.approx(2)  # alone: 1.5x the shared rate
+    assert busiest(np.array([5.0, 5, 5]), shared) == 5  # all busy: the measured rates
+    # two hosts, one shared (sites 0-2 on 2 cores), one not (site 3 alone)
+    mixed = td.ClusterSpec(4, cores=2, hosts=(0, 0, 0, 1))
+    assert busiest(np.array([3.0, 0, 0, 2.5]), mixed) == 2.5 and busiest(np.array([3.0, 0, 0, 1]), mixed) == 2
+    # the optimizer: balancing 16 products 6/5/5 by moving a row of blocks gains nothing
+    # on 2 cores, so the plan that moves less wins there
+    A = td.from_function(lambda k: None, (4000, 500), (1000, 500), "float64", name="A")
+    B = td.from_function(lambda k: None, (500, 4000), (500, 1000), "float64", name="B")
+    at = {"A": {k: (0, 1, 2, 0)[k[0]] for k in A.keys}, "B": {k: (0, 1, 2, 0)[k[1]] for k in B.keys}}
+    spec = td.ClusterSpec(3, bandwidth=3e9, rates={"blas": 5.5e10, "elementwise": 9e8}, fresh_bandwidth=1.6e10)
+    on_own = td.optimize(matmul(A, B), sites=3, placements=at, cluster=spec)
+    on_two = td.optimize(matmul(A, B), sites=3, placements=at, cluster=dataclasses.replace(spec, cores=2))
+    assert on_two.cost.floats_moved < on_own.cost.floats_moved
+    assert on_two.cost.seconds < plan_seconds(on_own.cost, dataclasses.replace(spec, cores=2))[0]
+    assert on_own.cost.seconds < plan_seconds(on_two.cost, spec)[0]
+    np.testing.assert_array_equal(sorted(on_own.cost.flops_per_site), [5e9, 5e9, 6e9])
+
+
 def test_a_slow_network_prefers_moving_less_and_a_fast_one_balancing():
     """The same multiply on 3 sites: with a 10 MB/s link the fastest plan moves fewer
     bytes than with a 10 GB/s link, where balancing the products wins."""
@@ -132,6 +164,8 @@ def test_cluster_spec_bad_input_and_a_file(tmp_path):
                     ({"rates": {"blas": 0}}, r"rates\['blas'\] must be a positive"),
                     ({"rates": {"gpu": 1e12}}, "unknown kernel class 'gpu'"),
                     ({"threads": 0}, "threads must be an int >= 1"),
+                    ({"cores": 0}, r"cores must be an int >= 1 \(each host's cores\) or None"),
+                    ({"cores": 1.5}, "cores must be an int >= 1"),
                     ({"hosts": (0, 1)}, "hosts names 2 sites' hosts; the cluster has 3")]:
         with pytest.raises(ValueError, match=msg):
             td.ClusterSpec(3, **kw)
@@ -187,6 +221,9 @@ def test_calibrate_a_local_cluster(cluster):
     info = cluster.scheduler_info()["workers"]
     assert spec.memory_per_site == min(w["memory_limit"] for w in info.values())
     assert "calibrated on tcp://127.0.0.1:" in spec.source
+    from dask.system import CPU_COUNT  # the cores the workers may use (this process's are theirs)
+
+    assert spec.cores == CPU_COUNT and f"{CPU_COUNT} cores per host" in repr(spec)
     # cached per cluster: the runtime measures once
     assert td.cluster_spec(cluster) is td.cluster_spec(cluster)
     # a plan for it runs and its bytes are as predicted
@@ -220,6 +257,23 @@ def test_the_runtime_plans_for_time_by_default_on_the_spec_it_is_given(cluster, 
     with pytest.raises(TypeError, match="spec must be a td.ClusterSpec"):
         td.set_cluster_spec(cluster, {"sites": 2})
     td.set_cluster_spec(cluster, calibrated)
+
+
+def test_an_objective_object_brings_its_own_cluster_and_memory_limit(cluster):
+    """``td.submit(..., objective=FastestTime(...))`` plans with that objective's spec
+    and limit (the workers' memory budget is not passed in beside it)."""
+    from tra_dask.optimizer.objective import FastestTime
+
+    rng = np.random.default_rng(3)
+    e = matmul(_mat(rng, (300, 200), (100, 100), "A"), _mat(rng, (200, 100), (100, 50), "B"))
+    spec = td.ClusterSpec(2, bandwidth=1e6, rates={"blas": 1e8, "elementwise": 1e7}, cores=1)
+    rf = td.submit(e, client=cluster, objective=FastestTime(cluster=spec))
+    assert rf.plan.cost.seconds == pytest.approx(plan_seconds(rf.plan.cost, spec)[0])
+    np.testing.assert_allclose(rf.to_numpy(), td.to_numpy(e))
+    with pytest.raises(ValueError, match="no plan fits in 1,000 bytes per site"):
+        td.plan_for(e, cluster, objective=FastestTime(memory_limit=1000, cluster=spec))
+    with pytest.raises(ValueError, match="pass memory_limit to the objective itself"):
+        td.plan_for(e, cluster, objective=FastestTime(cluster=spec), memory_limit=1e9)
 
 
 def test_a_replaced_worker_on_the_same_host_is_not_calibrated_again():

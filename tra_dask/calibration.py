@@ -36,7 +36,10 @@ A few seconds of measurements on the cluster itself (runtime layer: it talks to
   objective and run (once untimed, then the best of three): the rate at which the
   model predicts its wall time replaces the kernel's solo peak when lower (kernels
   share the cores with the scheduler, the client and transfers);
-* **memory and threads** — the workers' own ``memory_limit`` and ``nthreads``.
+* **memory, threads and cores** — the workers' own ``memory_limit`` and
+  ``nthreads``, and the cores each worker's process may use (``dask.system``'s
+  count: affinity and cgroup quota): where a host's workers have more threads than
+  it has cores, the time model lets a busy worker take an idle one's core.
 
 The runtime calibrates a cluster once and caches the spec per scheduler address
 (:func:`cluster_spec`); ``ClusterSpec.save``/``load`` keep it in a file.
@@ -237,6 +240,14 @@ def _in_situ_blas(client, workers, spec: ClusterSpec, chunk: int = 1024) -> floa
                     lambda v: dataclasses.replace(spec, rates=dict(spec.rates, blas=v)), 0.02 * peak, peak)
 
 
+def _cores() -> int:
+    """Run on a worker: the cores its process may use (affinity and cgroup quota
+    counted, as Dask counts them)."""
+    from dask.system import CPU_COUNT
+
+    return int(CPU_COUNT)
+
+
 def _make(nbytes):
     return np.ones(nbytes // 8)
 
@@ -281,6 +292,7 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
     remote = _bandwidth(client, remote_pairs, transfer_bytes) if remote_pairs else None
     bandwidth = remote or local or 4.5e8
     threads = min(int(info[w].get("nthreads") or 1) for w in workers)
+    cores = min(client.run(_cores, workers=workers).values())
     host_ids = {h: i for i, h in enumerate(dict.fromkeys(hosts))}
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     spec = ClusterSpec(
@@ -289,7 +301,7 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
         task_overhead=float(task_overhead), submit_overhead=float(submit_overhead), blas_half_size=float(half),
         blas_float32=float(med["blas_float32"]),
         fresh_bandwidth=float(med["fresh"]),
-        threads=threads, source="",
+        threads=threads, cores=int(cores), source="",
     )
     blas = _in_situ_blas(client, workers, spec, chunk=1024 if memory >= 2**30 else 512)
     took = time.perf_counter() - started

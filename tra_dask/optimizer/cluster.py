@@ -55,7 +55,13 @@ class ClusterSpec:
     arrays (into memory the worker freed before, or fresh pages if its allocator
     returns freed memory to the OS; the default is an ordinary machine's).
     ``task_overhead``: seconds per task of a plan, ``submit_overhead``: seconds per
-    submission.  ``threads``: per worker.  ``source``: where the numbers come from."""
+    submission.  ``threads``: per worker.  ``cores``: the cores of each host, which its
+    workers' threads share (None: a core per thread).  Where a host runs more threads
+    than it has cores (3 single-threaded workers on 2 cores), the measured rates and
+    bandwidths are those a worker gets while every worker of its host is busy (what
+    ``td.calibrate`` measures), and a worker runs faster while others idle: the time
+    model sees it (:mod:`tra_dask.optimizer.time`).  ``source``: where the numbers
+    come from."""
 
     sites: int
     memory_per_site: float = 4e9
@@ -69,6 +75,7 @@ class ClusterSpec:
     blas_float32: float = 2.0
     fresh_bandwidth: float = 4e9
     threads: int = 1
+    cores: int | None = None
     source: str = "defaults (a laptop-class machine)"
 
     def __post_init__(self):
@@ -77,6 +84,10 @@ class ClusterSpec:
             raise ValueError(f"{where}: sites must be an int >= 1, got {self.sites!r}")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
             raise ValueError(f"{where}: threads must be an int >= 1, got {self.threads!r}")
+        if self.cores is not None and (isinstance(self.cores, bool) or not isinstance(self.cores, int)
+                                       or self.cores < 1):
+            raise ValueError(f"{where}: cores must be an int >= 1 (each host's cores) or None (a core per "
+                             f"thread), got {self.cores!r}")
         for name in ("memory_per_site", "bandwidth", "task_overhead", "submit_overhead", "fresh_bandwidth",
                      "blas_float32"):
             object.__setattr__(self, name, _positive(where, name, getattr(self, name)))
@@ -104,12 +115,43 @@ class ClusterSpec:
         if h is None:  # a spec keys the time model's memo of every node it costs: hashed once
             h = hash((self.sites, self.memory_per_site, self.bandwidth, self.bandwidth_local, self.hosts,
                       tuple(sorted(self.rates.items())), self.task_overhead, self.submit_overhead,
-                      self.blas_half_size, self.blas_float32, self.fresh_bandwidth, self.threads))
+                      self.blas_half_size, self.blas_float32, self.fresh_bandwidth, self.threads, self.cores))
             object.__setattr__(self, "_hash", h)
         return h
 
     def __getstate__(self):  # the hash is per process (str hashes are salted): not pickled
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_shared")}
+
+    @property
+    def shared_hosts(self) -> tuple:
+        """The hosts whose workers' threads outnumber their cores, each as
+        ``(its sites, slowdown, capacity)``: ``sites`` an index array, ``slowdown`` =
+        threads / cores (a site's seconds at the measured rates over its seconds
+        alone), ``capacity`` = the host's cores / threads per worker (sites' worth of
+        work it runs at once).  Empty where every thread has a core."""
+        return self._sharing()[0]
+
+    @property
+    def unshared_sites(self):
+        """Index array of the sites not on a :attr:`shared_hosts` host."""
+        return self._sharing()[1]
+
+    def _sharing(self) -> tuple:
+        got = self.__dict__.get("_shared")
+        if got is None:
+            import numpy as np
+
+            groups: tuple = ()
+            if self.cores is not None:
+                by_host: dict = {}
+                for i, h in enumerate(self.hosts):
+                    by_host.setdefault(h, []).append(i)
+                groups = tuple((np.array(sites), len(sites) * self.threads / self.cores, self.cores / self.threads)
+                               for sites in by_host.values() if len(sites) * self.threads > self.cores)
+            taken = {int(i) for sites, _, _ in groups for i in sites}
+            got = (groups, np.array([i for i in range(self.sites) if i not in taken], dtype=int))
+            object.__setattr__(self, "_shared", got)
+        return got
 
     @property
     def single_host(self) -> bool:
@@ -157,5 +199,6 @@ class ClusterSpec:
                 f"each, link {self.link_bandwidth / 1e9:.2f} GB/s, {r} (blas half rate at n={self.blas_half_size:.0f}, "
                 f"float32 x{self.blas_float32:.2g}), "
                 f"new arrays written at {self.fresh_bandwidth / 1e9:.2g} GB/s, "
-                f"{self.task_overhead * 1e3:.2f} ms/task + {self.submit_overhead * 1e3:.0f} ms/submission; "
+                f"{self.task_overhead * 1e3:.2f} ms/task + {self.submit_overhead * 1e3:.0f} ms/submission"
+                f"{'' if self.cores is None else f', {self.cores} cores per host'}; "
                 f"{self.source})")
