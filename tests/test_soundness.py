@@ -445,7 +445,8 @@ def check_every_plan(expr, sites, placements=None, want=None, **kw):
 # again over one placement, search.py's reshare)
 CLUSTERS = [None, {"bandwidth": 1e7, "rates": {"blas": 1e10, "elementwise": 1e9}},
             {"bandwidth": 1e11, "rates": {"blas": 1e7, "elementwise": 1e6}},
-            {"bandwidth": 1e9, "rates": {"blas": 1e9, "elementwise": 1e8}, "task_overhead": 1e-2}]
+            {"bandwidth": 1e9, "rates": {"blas": 1e9, "elementwise": 1e8}, "task_overhead": 1e-2},
+            {"bandwidth": 1e9, "rates": {"blas": 1e9, "elementwise": 1e8}, "cores": 1}]  # every site on 1 core
 
 
 @settings(max_examples=EXAMPLES, deadline=None,
