@@ -63,6 +63,61 @@ def start_cluster(sites: int) -> Client:
     return client
 
 
+def start_dask_processes(sites: int) -> Client:
+    """A client of a real cluster: a ``dask scheduler`` and ``sites`` ``dask worker``
+    processes (each with its nanny, one thread) on 127.0.0.1, started with the
+    commands a user types, the workers' Dask config that of :func:`cluster_config`
+    (passed as Dask passes config to the processes it spawns).  ``close()`` shuts the
+    cluster down and waits for the processes."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    config = cluster_config(sites)
+    with dask.config.set(config):
+        inherit = dask.config.serialize(dask.config.global_config)
+    env = dict(os.environ, DASK_INTERNAL_INHERIT_CONFIG=inherit,
+               **{k: str(v) for k, v in config["distributed.nanny.pre-spawn-environ"].items()
+                  if k.startswith("MALLOC_")})
+    dask_cli = str(Path(sys.executable).with_name("dask"))
+    tmp = tempfile.TemporaryDirectory()
+    sched_file = Path(tmp.name) / "scheduler.json"
+    procs = [subprocess.Popen([dask_cli, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                               "--scheduler-file", str(sched_file)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)]
+    for _ in range(sites):
+        procs.append(subprocess.Popen([dask_cli, "worker", "--scheduler-file", str(sched_file), "--host",
+                                       "127.0.0.1", "--nthreads", "1", "--no-dashboard", "--memory-limit",
+                                       str(int(MEMORY_LIMIT / sites))], env=env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+    deadline = time.time() + 60
+    while not sched_file.exists():
+        if time.time() > deadline or procs[0].poll() is not None:
+            for p in procs:
+                p.kill()
+            raise RuntimeError("dask scheduler did not start")
+        time.sleep(0.1)
+    client = Client(scheduler_file=str(sched_file), timeout="30s")
+    client.wait_for_workers(sites, timeout=60)
+    close = client.close
+
+    def close_all(*a, **kw):
+        try:
+            client.shutdown()
+        finally:
+            close(*a, **kw)
+            for p in procs:
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+            tmp.cleanup()
+
+    client.close = close_all
+    return client
+
+
 def worker_bytes(client: Client, since: float, until: float) -> int:
     """Bytes sent worker-to-worker between ``since`` and ``until`` (transfer logs)."""
     workers = set(client.scheduler_info()["workers"])
@@ -204,7 +259,7 @@ def torch_or_none():
         return None
 
 
-def machine_line(args) -> str:
+def machine_line(args, cluster: str = "LocalCluster") -> str:
     import distributed
 
     torch = torch_or_none()
@@ -212,7 +267,7 @@ def machine_line(args) -> str:
     return (f"{stamp}, {platform.node()} ({platform.machine()}, {os.cpu_count()} cores, "
             f"{psutil.virtual_memory().total / 2**30:.0f} GiB), python {platform.python_version()}, numpy "
             f"{np.__version__}, dask/distributed {dask.__version__}/{distributed.__version__}, torch "
-            f"{getattr(torch, '__version__', 'not installed')}; LocalCluster({args.sites} workers x 1 thread, "
+            f"{getattr(torch, '__version__', 'not installed')}; {cluster}({args.sites} workers x 1 thread, "
             f"processes, {_malloc()}), inputs persisted on the workers before timing; OPENBLAS_CORETYPE="
             f"{os.environ.get('OPENBLAS_CORETYPE', 'unset')}, BLAS {_blas()}")
 

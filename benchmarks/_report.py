@@ -12,7 +12,7 @@ def write_section(title: str, lines: list[str]) -> None:
     section of that title and keeping the others."""
     text = README.read_text() if README.exists() else "# Benchmarks\n"
     block = "\n".join([f"## {title}", "", *lines]).rstrip() + "\n\n"
-    start = text.find(f"## {title}")
+    start = text.find(f"## {title}\n")  # the whole title: "## time model" is not "## time model: reading"
     if start >= 0:
         end = text.find("\n## ", start + 1)
         text = text[:start] + block + (text[end + 1:].lstrip("\n") if end >= 0 else "")

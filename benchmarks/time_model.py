@@ -19,6 +19,11 @@ over the fastest plan's *of the same round*, median over the rounds; a case coun
 plan's best round, as before, is reported beside it).
 
     python benchmarks/time_model.py [--repeat 3] [--scale 0.5] [--quick] [--only 'blocks 8x8x8']
+        [--cluster local|processes]
+
+``--cluster processes`` runs on a ``dask scheduler`` and ``dask worker`` processes
+started as a user starts them (127.0.0.1, one thread per worker, the same worker
+settings) instead of a LocalCluster, and writes its own section.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import numpy as np
 from distributed import wait
 
 import tra_dask as td
-from _harness import LoadWatch, machine_line, plans_to_time, start_cluster, strategy
+from _harness import LoadWatch, machine_line, plans_to_time, start_cluster, start_dask_processes, strategy
 from tra_dask.optimizer.time import plan_seconds
 from tra_dask.programs import ffnn_sgd_step, matmul, nearest_neighbor
 
@@ -200,6 +205,8 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true")
     p.add_argument("--only", default="", help="run only the cases whose name contains this text (implies --no-write)")
     p.add_argument("--no-write", dest="write", action="store_false")
+    p.add_argument("--cluster", choices=["local", "processes"], default="local",
+                   help="a LocalCluster, or dask scheduler / dask worker processes")
     args = p.parse_args(argv)
     args.write = args.write and not args.only
     if args.quick:
@@ -209,7 +216,7 @@ def main(argv=None):
     within = within_best = total = 0
     variant_within = {label: 0 for label, _ in VARIANTS}
     for sites in args.sites:
-        client = start_cluster(sites)
+        client = (start_cluster if args.cluster == "local" else start_dask_processes)(sites)
         try:
             t0 = time.perf_counter()
             spec = td.calibrate(client)
@@ -267,8 +274,11 @@ def main(argv=None):
         class A:  # machine_line wants .sites
             sites = "/".join(map(str, args.sites))
 
-        write_section("time model", [
-            f"`python benchmarks/time_model.py --repeat {args.repeat} --scale {args.scale}` — {machine_line(A)}", "",
+        processes = args.cluster == "processes"
+        write_section("time model" + (": dask scheduler and dask worker processes" if processes else ""), [
+            f"`python benchmarks/time_model.py --repeat {args.repeat} --scale {args.scale}"
+            f"{' --cluster processes' if processes else ''}` — "
+            f"{machine_line(A, '`dask scheduler` + `dask worker` ' if processes else 'LocalCluster')}", "",
             "Calibration (`td.calibrate`):", "", *cal, "", *summary, "",
             "| workers | case | dtype | plan | predicted (s) | min (s) | median (s) | error | / fastest (median of rounds) "
             "| MiB moved | busy runs |",
