@@ -337,6 +337,7 @@ def kernel(
     distributes_over: Sequence[str] = (),
     elementwise: bool = False,
     register_as: bool = True,
+    replace: bool = False,
 ):
     """Declare a user kernel (decorator).
 
@@ -346,7 +347,8 @@ def kernel(
     its output type.  ``flops`` is ``"elementwise"``, ``"none"`` or a callable.
     ``distributes_over`` names registered binary kernels the (unary) kernel
     distributes over for equal chunk shapes; ``elementwise=True`` says it maps every
-    element on its own, so those laws hold under broadcasting too.  The kernel is registered under ``name`` (default: the function's name).
+    element on its own, so those laws hold under broadcasting too.  The kernel is registered under ``name`` (default: the function's name);
+    a name already registered for another function is an error unless ``replace=True``.
     """
 
     def wrap(f: Callable) -> Kernel:
@@ -364,7 +366,7 @@ def kernel(
         k = Kernel(n, f, a, s, _dtype_rule(where, dtype), fl, associative, commutative, identity,
                    frozenset(distributes_over), elementwise=elementwise,
                    probe=_probe_rule(f) if shape is None else None)
-        return register(k) if register_as else k
+        return register(k, replace=replace) if register_as else k
 
     return wrap(fn) if fn is not None else wrap
 
@@ -622,14 +624,19 @@ def _scale(x, c):
 
 
 @dataclass(frozen=True)
-class _After:
-    """``outer(inner(*chunks))``."""
+class _Chain:
+    """``stages[-1](...stages[1](stages[0](*chunks)))``: a composition kept flat, so
+    a chain of n kernels is called, typed, costed and pickled in n steps (nested
+    pairs recursed n deep: 200 fused transforms failed to pickle, and costing them
+    was quadratic in the chain's length)."""
 
-    outer: Kernel
-    inner: Kernel
+    stages: tuple
 
     def __call__(self, *chunks):
-        return self.outer(self.inner(*chunks))
+        x = self.stages[0](*chunks)
+        for k in self.stages[1:]:
+            x = k(x)
+        return x
 
 
 @dataclass(frozen=True)
@@ -643,6 +650,10 @@ class _Before:
         return self.binary(self.pre(a), self.pre(b))
 
 
+def _stages(k: Kernel) -> tuple:
+    return k.fn.stages if isinstance(k.fn, _Chain) else (k,)
+
+
 def compose(outer: Kernel, inner: Kernel) -> Kernel:
     """``outer ∘ inner``: ``inner``'s result fed to the unary ``outer``.
 
@@ -652,27 +663,47 @@ def compose(outer: Kernel, inner: Kernel) -> Kernel:
     """
     if outer.arity != 1:
         raise ValueError(f"compose: the outer kernel {outer!r} must be unary")
+    one_pass = _ONE_PASS.get((outer.fn, inner.fn)) if not inner.params else None
+    if one_pass is not None:  # read the inputs once, no intermediate array: one pass
+        return Kernel(f"{outer.name}∘{inner.name}", one_pass, inner.arity, shape=None, flops=inner.flops,
+                      probe=lambda shapes, dtypes: _chain_type((inner, outer), shapes, dtypes), params=outer.params,
+                      **_chain_facts((inner, outer)))
+    stages = _stages(inner) + _stages(outer)
+    memo: dict = {}  # the planner asks a chain about the same few chunk shapes many times
 
     def infer(shapes, dtypes):
-        t = inner.out_type(*(ArrayType(tuple(s), np.dtype(d)) for s, d in zip(shapes, dtypes)))
-        t = outer.out_type(t)
-        return t.shape, t.dtype
+        key = ("type", tuple(map(tuple, shapes)), tuple(map(str, dtypes)))
+        if key not in memo:
+            memo[key] = _chain_type(stages, shapes, dtypes)
+        return memo[key]
 
-    one_pass = _ONE_PASS.get((outer.fn, inner.fn)) if not inner.params else None
+    def flops(*shapes):  # each stage runs on the one before's output, not the final shape
+        key = ("flops", tuple(map(tuple, shapes)))
+        if key not in memo:
+            total, ins = 0, shapes
+            for k in stages:
+                total += k.flops(*ins)
+                ins = (k.out_type(*(ArrayType(tuple(s), np.dtype("f8")) for s in ins)).shape,)
+            memo[key] = total
+        return memo[key]
 
-    def flops(*shapes):  # the outer kernel runs on the inner kernel's output, not the final shape
-        if one_pass is not None:  # read the inputs once, no intermediate array: one pass
-            return inner.flops(*shapes)
-        mid = inner.out_type(*(ArrayType(tuple(s), np.dtype("f8")) for s in shapes)).shape
-        return inner.flops(*shapes) + outer.flops(mid)
+    return Kernel("∘".join(k.name for k in reversed(stages)), _Chain(stages), inner.arity, shape=None,
+                  flops=flops, probe=infer, **_chain_facts(stages))
 
-    facts = {}
-    if outer.arity == inner.arity == 1:  # a chain of unary kernels keeps the laws both declare
-        facts = dict(distributes_over=outer.distributes_over & inner.distributes_over,
-                     elementwise=outer.elementwise and inner.elementwise,
-                     opaque=outer.opaque or inner.opaque)
-    return Kernel(f"{outer.name}∘{inner.name}", one_pass or _After(outer, inner), inner.arity, shape=None,
-                  flops=flops, probe=infer, params=outer.params if one_pass else (), **facts)
+
+def _chain_facts(stages) -> dict:
+    """A chain of unary kernels keeps the laws every stage declares; other chains none."""
+    if not all(k.arity == 1 for k in stages):
+        return {}
+    return dict(distributes_over=frozenset.intersection(*(k.distributes_over for k in stages)),
+                elementwise=all(k.elementwise for k in stages), opaque=any(k.opaque for k in stages))
+
+
+def _chain_type(stages, shapes, dtypes):
+    t = stages[0].out_type(*(ArrayType(tuple(s), np.dtype(d)) for s, d in zip(shapes, dtypes)))
+    for k in stages[1:]:
+        t = k.out_type(t)
+    return t.shape, t.dtype
 
 
 def sum_of_product(a, b, axes: tuple):

@@ -201,12 +201,19 @@ class Plan:
             )
         shown: set = set()
 
-        def walk(node, depth):
+        def walk(root, depth0):  # depth first, children in order (a stack: chains of any length)
+            todo = [(root, depth0)]
+            while todo:
+                node, depth = todo.pop()
+                if one(node, depth):
+                    todo.extend((ch, depth + 1) for ch in reversed(node.children))
+
+        def one(node, depth) -> bool:
             pad = "  " * (depth + 1)
             nc = c.nodes[node]
             if node in shown:
                 lines.append(f"{pad}^ {node.label} (shared, shown above)")
-                return
+                return False
             shown.add(node)
             params = node._fmt_params()
             head = node._op if node._op != "source" else f"Source {node.label}"
@@ -218,8 +225,7 @@ class Plan:
                 f"{pad}{head}  [{node.placement!r}{free}]  tuples={nc.keys}/{nc.tuples}  "
                 f"moved={nc.floats_moved:,}  peak={_fmt_bytes(nc.peak_bytes_per_site.max())}/site{secs}"
             )
-            for ch in node.children:
-                walk(ch, depth + 1)
+            return True
 
         for i, o in enumerate(self.outputs):
             if len(self.outputs) > 1:

@@ -83,8 +83,22 @@ class PNode(Node):
     @property
     def placement(self):
         """A description of the layout: All, Part(dims), an explicit map, or
-        ``"partial"``/``"mixed"`` when none applies."""
-        return _describe(self)
+        ``"partial"``/``"mixed"`` when none applies (derived once per node; a node's
+        reads its inputs', described first, bottom-up: no recursion down a long
+        chain)."""
+        got = self.__dict__.get("_placement")
+        if got is None:
+            todo, order = [self], []
+            while todo:
+                n = todo.pop()
+                if "_placement" not in n.__dict__:
+                    order.append(n)
+                    todo.extend(n.children)
+            for n in reversed(order):  # inputs before their readers
+                if "_placement" not in n.__dict__:
+                    object.__setattr__(n, "_placement", _describe(n))
+            got = self.__dict__["_placement"]
+        return got
 
 
 _INTERN: ContextVar = ContextVar("tra_dask_pnode_intern", default=None)

@@ -56,6 +56,10 @@ __all__ = ["Fusion", "Task", "Transfer", "NodeWork", "PlanWork", "node_work", "p
 
 TASK_KINDS = ("load", "transfer", "kernel", "fold", "concat", "tile")  # the kinds that are graph tasks
 FUSABLE_KINDS = ("kernel", "fold", "concat", "tile")  # local computations: fused into their one reader
+# A task takes in chains of fused calls at most this deep: a Dask task is pickled (and
+# run) by recursion, and a chain of 1000 elementwise steps fused into one task did not
+# pickle; at this depth a chain is one task per this many steps.
+MAX_FUSED_DEPTH = 64
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
@@ -414,6 +418,7 @@ class PlanWork:
       other readers to run, and what fusion delays is at most the tail of one
       granule (:data:`tra_dask.optimizer.time.LATE_GRANULES` has the measurements;
       measured on one-thread workers only);
+    * the calls fused into the reader nest at most :data:`MAX_FUSED_DEPTH` deep;
     * ``threads > 1`` (workers that run several tasks at once): a reader takes in
       at most one task, so that no two tasks that could run side by side run one
       after the other inside it.
@@ -561,10 +566,12 @@ def _fusion(work: PlanWork, fusion: Fusion) -> dict:
     timed = fusion.task_seconds is not None
     cheap = timed and fusion.cheap_below > 0
     work_in = seconds.copy()  # a task's seconds with those of the tasks fused into it
+    depth = np.zeros(total, np.int64)  # how deep the calls fused into a task nest
     bounds = np.cumsum([0] + [len(c) for c in slot_c]).tolist()
     granules = timed and fusion.granules > 0
     for lo, hi, (b, m) in zip(bounds[:-1], bounds[1:], slot_node):  # in plan order: fused inputs decided first
         here = cand[lo:hi] & (on_time[lo:hi] | (cheap & (work_in[spc[lo:hi]] <= fusion.cheap_below)))
+        here &= depth[spc[lo:hi]] < MAX_FUSED_DEPTH
         if granules and (cand[lo:hi] & ~here).any():  # late tasks into readers that are small granules
             r, every = sc[lo:hi] - b, cand[lo:hi]
             whole = work_in[b:b + m] + np.bincount(r[every], weights=work_in[spc[lo:hi][every]], minlength=m)
@@ -576,6 +583,7 @@ def _fusion(work: PlanWork, fusion: Fusion) -> dict:
             here[:] = False
             here[at[first]] = True
         cand[lo:hi] = here
+        np.maximum.at(depth, sc[lo:hi][here], depth[spc[lo:hi][here]] + 1)
         if timed:
             np.add.at(work_in, sc[lo:hi][here], work_in[spc[lo:hi][here]])
     c, p = sc[cand], sp[cand]
