@@ -209,7 +209,7 @@ def test_bad_array_inputs():
         x == x
     with pytest.raises(TypeError, match=r"dtype complex128 is not supported"):
         td.from_array(np.ones(3, complex))
-    with pytest.raises(TypeError, match=r"einsum\('ij'\) operand 0: cannot use object"):
+    with pytest.raises(TypeError, match=r"einsum\('ij'\) operand 0: cannot use this builtins.object"):
         td.einsum("ij", object())
 
 

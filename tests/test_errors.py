@@ -355,3 +355,47 @@ def test_array_expressions_refused_when_written_not_when_run():
     with pytest.raises(ValueError, match=r"transpose: axes \(\) are not a permutation of 0..0"):
         td.asarray(np.ones(3)).transpose(())  # was read as "reverse"
     assert td.to_numpy(td.asarray(np.array(2.0)).transpose(())) == 2.0
+
+
+def test_relations_past_the_byte_limit_are_refused_when_written():
+    """Plans count bytes exactly in int64: a relation over MAX_BYTES (64 PiB) is a
+    clear error at construction — a source, and a product whose pairs would be —
+    not an overflow in the cost model or a wrapped peak."""
+    from tra_dask.logical.nodes import MAX_BYTES
+
+    with pytest.raises(ValueError, match=r"a relation may hold at most 7.21e\+16 bytes"):
+        td.from_function(lambda k: None, (10**9, 10**9), (10**9, 10**9), "float64", name="huge")
+    col = td.from_function(lambda k: None, (4 * 10**9, 1), (4 * 10**8, 1), "float64", name="col")
+    row = td.from_function(lambda k: None, (1, 4 * 10**9), (1, 4 * 10**8), "float64", name="row")
+    assert col.nbytes < MAX_BYTES
+    with pytest.raises(ValueError, match=r"join\(col, row\): 1.*elements of float64 .*a relation may hold at most"):
+        td.join(col, row, [1], [0], "matmul")
+
+
+def test_array_inputs_from_dask_are_checked_like_numpy_ones():
+    """An empty axis, a complex dtype or unknown chunk sizes: refused when the array is
+    made, for dask inputs as for numpy ones."""
+    da = pytest.importorskip("dask.array")
+    for x in (np.ones(0), da.ones(0, chunks=1), da.ones((2, 0), chunks=1)):
+        with pytest.raises(ValueError, match=r"has an empty axis; tra_dask arrays need every extent >= 1"):
+            td.from_array(x)
+    for x in (np.array([1 + 2j]), da.from_array(np.array([1 + 2j, 3j]), chunks=1)):
+        with pytest.raises(TypeError, match="dtype complex128 is not supported"):
+            td.from_array(x)
+    unknown = da.ones(6, chunks=2)
+    unknown = unknown[unknown > 0]
+    with pytest.raises(ValueError, match=r"unknown chunk sizes .*compute_chunk_sizes"):
+        td.from_array(unknown)
+    with pytest.raises(ValueError, match="has an empty axis"):
+        td.einsum("ij,jk->ik", da.ones((2, 0), chunks=1), da.ones((0, 3), chunks=1))
+
+
+def test_kernel_replace_and_a_dict_of_arrays():
+    k1_ = td.kernel(lambda x: x + 1, name="replaced_twice", shape="same", replace=True)
+    with pytest.raises(ValueError, match="pick another name or pass replace=True"):
+        td.kernel(lambda x: x + 2, name="replaced_twice", shape="same")
+    k2_ = td.kernel(lambda x: x + 2, name="replaced_twice", shape="same", replace=True)
+    assert td.kernels.get_kernel("replaced_twice") is k2_ and k2_ != k1_
+    x = td.from_array(np.ones(3))
+    with pytest.raises(TypeError, match=r"a dict of outputs: item 'y' is a Array.*as a tuple of arrays"):
+        td.evaluate({"y": x.sum()})

@@ -482,3 +482,48 @@ def test_a_submission_asks_the_scheduler_once_per_question(client, monkeypatch):
     rf = td.submit(plan, client=client)
     np.testing.assert_allclose(rf.to_numpy(), td.to_numpy(a) @ td.to_numpy(b), rtol=1e-12)
     assert asked == [12 + 6] and len(registered) == 2  # both inputs' chunks in one question
+
+
+def _raises(x):
+    raise ZeroDivisionError("in the user's kernel")
+
+
+def _bad_chunk(key):
+    raise KeyError(f"no chunk {key} here")
+
+
+def test_a_users_failing_kernel_or_loader_names_where_it_ran(client):
+    """An exception from a user's kernel or loader on a worker reaches the client as
+    itself, with a note naming the relation and the chunk (the in-process evaluator
+    notes the relation alike)."""
+    k = td.kernel(_raises, name="raises_on_workers", shape="same", replace=True)
+    x = td.transform(td.from_numpy(np.ones((4, 4)), 2, name="X"), k)
+    with pytest.raises(ZeroDivisionError) as got:
+        td.submit(x, client=client, calibrate=False).to_numpy()
+    assert any("tra_dask: while evaluating" in n and "on a worker" in n for n in got.value.__notes__)
+    f = td.from_function(_bad_chunk, (4, 4), 2, "float64", name="loader")
+    with pytest.raises(KeyError) as got:
+        td.submit(f, client=client, calibrate=False).to_numpy()
+    assert any(n.startswith("tra_dask: while evaluating loader (chunk (") for n in got.value.__notes__)
+
+
+def test_long_chains_of_elementwise_steps_plan_and_run(client):
+    """1000 transforms in a chain: the compiled plan fuses them into tasks nested at
+    most MAX_FUSED_DEPTH deep (a Dask task pickles by recursion), and the optimizer's
+    composed kernel is a flat chain (it pickled 200 deep no more)."""
+    from tra_dask.physical.work import MAX_FUSED_DEPTH
+
+    a = np.arange(16.0).reshape(4, 4)
+    x = td.from_numpy(a, 2, name="A")
+    for i in range(1000):
+        x = td.transform(x, "neg")
+    compiled = td.compile(x, sites=3)
+    per_tuple = 1000 // MAX_FUSED_DEPTH
+    assert compiled.cost.tasks >= 4 * per_tuple  # one task per MAX_FUSED_DEPTH steps of each tuple
+    np.testing.assert_array_equal(td.submit(compiled, client=client).to_numpy(), a)
+    y = td.from_numpy(a, 2, name="A")
+    for i in range(201):
+        y = td.transform(y, "neg")
+    rf = td.submit(y, client=client, calibrate=False)
+    assert "neg∘neg" in rf.plan.explain()  # composed into one kernel
+    np.testing.assert_array_equal(rf.to_numpy(), -a)

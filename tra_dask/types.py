@@ -523,8 +523,11 @@ class RelationType:
     @property
     def nelements(self) -> int:
         """Floats held by the relation (elements over all chunks)."""
-        counts = np.bincount(self.shape_ids, minlength=len(self.shapes))
-        return int(sum(int(c) * math.prod(s) for c, s in zip(counts, self.shapes)))
+        out = self._memo.get("nelements")
+        if out is None:
+            counts = np.bincount(self.shape_ids, minlength=len(self.shapes))
+            out = self._memo["nelements"] = int(sum(int(c) * math.prod(s) for c, s in zip(counts, self.shapes)))
+        return out
 
     @property
     def nbytes(self) -> int:

@@ -66,20 +66,20 @@ def from_array(x, chunks=None, name: str | None = None) -> "Array":
     if isinstance(x, Relation):
         return Array(_relation_leaf(x, name))
     if _is_dask(x):
+        if any(n != n for n in x.shape):  # NaN: chunk sizes dask does not know yet
+            raise ValueError(f"from_array: the dask array {x.name[:24]} has unknown chunk sizes {x.chunks}; "
+                             f"call x.compute_chunk_sizes() first")
+        shape = _check_leaf("from_array", x.shape, x.dtype)
         if chunks is not None:
             x = x.rechunk(chunks)
-        return Array(Leaf(tuple(int(n) for n in x.shape), np.dtype(x.dtype), data=x, kind="dask",
+        return Array(Leaf(shape, np.dtype(x.dtype), data=x, kind="dask",
                           chunks=_regular_chunks(x.chunks), name=name or f"dask[{x.name[:16]}]"))
     if not (hasattr(x, "shape") and hasattr(x, "dtype") and hasattr(x, "__getitem__")):
         try:
             x = np.asarray(x)
         except (TypeError, ValueError) as e:  # a ragged list, ...
             raise ValueError(f"from_array: {type(x).__name__} is not an array ({e})") from None
-    shape = tuple(int(n) for n in x.shape)
-    if any(n == 0 for n in shape):
-        raise ValueError(f"from_array: shape {shape} has an empty axis; tra_dask arrays need every extent >= 1")
-    if x.dtype.kind not in "biuf":
-        raise TypeError(f"from_array: dtype {x.dtype} is not supported; use bool, integer or floating arrays")
+    shape = _check_leaf("from_array", x.shape, x.dtype)
     fixed = None
     if chunks is not None:
         from ..types import normalize_chunks
@@ -88,6 +88,18 @@ def from_array(x, chunks=None, name: str | None = None) -> "Array":
         fixed = tuple(min(int(b), n) for b, n in zip(fixed, shape))  # a block is at most the extent
     label = name or f"array[{'x'.join(map(str, shape)) or 'scalar'} {x.dtype}]"
     return Array(Leaf(shape, np.dtype(x.dtype), data=x, kind="numpy", chunks=fixed, name=label))
+
+
+def _check_leaf(where: str, shape, dtype) -> tuple:
+    """An array input's shape as ints, refused early when an axis is empty or the
+    dtype is not one the array kernels compute in (numpy, dask and region inputs
+    alike)."""
+    shape = tuple(int(n) for n in shape)
+    if any(n < 1 for n in shape):
+        raise ValueError(f"{where}: shape {shape} has an empty axis; tra_dask arrays need every extent >= 1")
+    if np.dtype(dtype).kind not in "biuf":
+        raise TypeError(f"{where}: dtype {np.dtype(dtype)} is not supported; use bool, integer or floating arrays")
+    return shape
 
 
 def from_region(fn, shape, dtype, chunks="auto", name: str | None = None) -> "Array":
@@ -116,11 +128,8 @@ def from_region(fn, shape, dtype, chunks="auto", name: str | None = None) -> "Ar
         shape = tuple(int(n) for n in shape)
     except TypeError:
         raise TypeError(f"{where}: shape must be a tuple of ints, got {shape!r}") from None
-    if any(n < 1 for n in shape):
-        raise ValueError(f"{where}: shape {shape} has an empty axis; tra_dask arrays need every extent >= 1")
     dtype = np.dtype(dtype)
-    if dtype.kind not in "biuf":
-        raise TypeError(f"{where}: dtype {dtype} is not supported; use bool, integer or floating arrays")
+    shape = _check_leaf(where, shape, dtype)
     fixed = None
     if chunks is not None and not (isinstance(chunks, str) and chunks == "auto"):
         fixed = normalize_chunks(chunks, shape, where=where) if shape else ()
@@ -156,8 +165,9 @@ def _operand(x, where: str) -> "Array":
         return x
     try:
         return from_array(x)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"{where}: cannot use {type(x).__name__} as an array operand ({e})") from None
+    except (TypeError, ValueError) as e:  # the same kind of error, saying which operand
+        kind = f"{type(x).__module__.split('.')[0]}.{type(x).__name__}"
+        raise type(e)(f"{where}: cannot use this {kind} as an array operand ({e})") from None
 
 
 class Array:

@@ -33,17 +33,20 @@ def flatten_outputs(expr) -> tuple[list[Relation], Callable[[list], Any]]:
         return items, lambda rs: type(expr)(rs) if isinstance(expr, tuple) else list(rs)
     if isinstance(expr, dict):
         names = list(expr)
-        _check_all([expr[n] for n in names], "a dict of outputs")
+        _check_all([expr[n] for n in names], "a dict of outputs", names)
         return [expr[n] for n in names], lambda rs: dict(zip(names, rs))
     raise TypeError(
         f"expected a tensor relation, or a tuple or dict of them; got {type(expr).__name__}"
     )
 
 
-def _check_all(items, what):
+def _check_all(items, what, names=None):
     for i, r in enumerate(items):
         if not isinstance(r, Relation):
-            raise TypeError(f"{what}: item {i} is a {type(r).__name__}, not a tensor relation")
+            item = f"item {i}" if names is None else f"item {names[i]!r}"
+            hint = ("; td.Arrays run one at a time or as a tuple of arrays (td.compute((x, y)))"
+                    if type(r).__module__.startswith("tra_dask.") and names is not None else "")
+            raise TypeError(f"{what}: {item} is a {type(r).__name__}, not a tensor relation{hint}")
 
 
 def check_integrity(rel: Relation, role: str = "result") -> None:

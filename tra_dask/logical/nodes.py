@@ -78,6 +78,12 @@ def _with_shape_rows(keys: np.ndarray, shape_rows: np.ndarray, dtype) -> Relatio
     return RelationType(keys, ids.reshape(-1), [tuple(r) for r in table.tolist()], dtype)
 
 
+# The most bytes one relation may hold: 64 PiB.  Plans count bytes per site in int64 (a
+# node's peak sums its inputs', a broadcast copies one to every site), so a relation
+# far below 2**63 keeps every sum exact.
+MAX_BYTES = 2**56
+
+
 class Relation(Node):
     """A tensor relation: a TRA expression node.  Subclasses are frozen dataclasses."""
 
@@ -90,6 +96,12 @@ class Relation(Node):
             raise ValueError(
                 f"{self.label}: its type (key set) does not fit in memory; use bigger chunks"
             ) from None
+        nbytes = self.type.nbytes
+        if nbytes > MAX_BYTES:
+            raise ValueError(
+                f"{self.label}: {self.type.nelements:,} elements of {self.type.dtype} ({nbytes:.3g} bytes); a "
+                f"relation may hold at most {MAX_BYTES:.3g} bytes (2**{MAX_BYTES.bit_length() - 1}: plans count "
+                f"bytes exactly in 64-bit integers, and no cluster has that much memory)")
 
     @property
     def key_arity(self) -> int:

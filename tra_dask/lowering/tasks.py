@@ -13,16 +13,33 @@ def identity(x):
     return x
 
 
+def _noted(e: BaseException, where: str, key) -> None:
+    """Add to a user's kernel's or loader's own exception where it ran, as the
+    in-process evaluator does (the note travels with it to the client)."""
+    if hasattr(e, "add_note"):  # Python >= 3.11
+        e.add_note(f"tra_dask: while evaluating {where} (chunk {key}, on a worker)")
+
+
 def apply(fn, params, check, *chunks):
     """A kernel call; its output checked against the plan's type (``check``: shape,
     dtype, node, kernel, key) so that a kernel that lies about its output fails
     here, naming itself, rather than assembling a wrong result."""
-    return check_chunk(fn(*chunks, *params), *check)
+    try:
+        out = fn(*chunks, *params)
+    except Exception as e:
+        _noted(e, check[2], check[4])
+        raise
+    return check_chunk(out, *check)
 
 
 def fold(fn, params, check, *chunks):
     """One group of a local aggregation, folded left in key order (checked as ``apply``)."""
-    return check_chunk(functools.reduce(lambda a, b: fn(a, b, *params), chunks), *check)
+    try:
+        out = functools.reduce(lambda a, b: fn(a, b, *params), chunks)
+    except Exception as e:
+        _noted(e, check[2], check[4])
+        raise
+    return check_chunk(out, *check)
 
 
 DEFERRED = "tra-dask:deferred"  # marks a fused computation handed to fold_deferred as data
@@ -38,7 +55,11 @@ def fold_deferred(fn, params, check, *items):
     acc = None
     for item in items:
         x = made(item)
-        acc = x if acc is None else fn(acc, x, *params)
+        try:
+            acc = x if acc is None else fn(acc, x, *params)
+        except Exception as e:
+            _noted(e, check[2], check[4])
+            raise
         del x
     return check_chunk(acc, *check)
 
@@ -68,7 +89,11 @@ def tile_slice(x, dim, start, stop):
 
 def load(fn, key, shape, dtype, name):
     """Make a ``from_function`` chunk on its site and check it against its type."""
-    chunk = fn(key)
+    try:
+        chunk = fn(key)
+    except Exception as e:
+        _noted(e, name, key)
+        raise
     got_shape, got_dtype = tuple(getattr(chunk, "shape", ())), getattr(chunk, "dtype", None)
     if got_shape != shape or str(got_dtype) != dtype:
         raise ValueError(
