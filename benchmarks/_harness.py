@@ -91,15 +91,27 @@ def start_dask_processes(sites: int) -> Client:
                                        "127.0.0.1", "--nthreads", "1", "--no-dashboard", "--memory-limit",
                                        str(int(MEMORY_LIMIT / sites))], env=env, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL))
-    deadline = time.time() + 60
-    while not sched_file.exists():
-        if time.time() > deadline or procs[0].poll() is not None:
-            for p in procs:
+    def stop():
+        for p in procs:
+            p.terminate()  # a nanny stops its worker on SIGTERM
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
                 p.kill()
-            raise RuntimeError("dask scheduler did not start")
-        time.sleep(0.1)
-    client = Client(scheduler_file=str(sched_file), timeout="30s")
-    client.wait_for_workers(sites, timeout=60)
+        tmp.cleanup()
+
+    try:
+        deadline = time.time() + 60
+        while not sched_file.exists():
+            if time.time() > deadline or procs[0].poll() is not None:
+                raise RuntimeError("dask scheduler did not start")
+            time.sleep(0.1)
+        client = Client(scheduler_file=str(sched_file), timeout="30s")
+        client.wait_for_workers(sites, timeout=60)
+    except BaseException:
+        stop()
+        raise
     close = client.close
 
     def close_all(*a, **kw):
@@ -107,12 +119,7 @@ def start_dask_processes(sites: int) -> Client:
             client.shutdown()
         finally:
             close(*a, **kw)
-            for p in procs:
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-            tmp.cleanup()
+            stop()
 
     client.close = close_all
     return client

@@ -12,7 +12,12 @@ def write_section(title: str, lines: list[str]) -> None:
     section of that title and keeping the others."""
     text = README.read_text() if README.exists() else "# Benchmarks\n"
     block = "\n".join([f"## {title}", "", *lines]).rstrip() + "\n\n"
-    start = text.find(f"## {title}\n")  # the whole title: "## time model" is not "## time model: reading"
+    head = f"## {title}\n"  # the whole title ("## time model" is not "## time model: reading"), at a line's start
+    if text.startswith(head):
+        start = 0
+    else:
+        at = text.find("\n" + head)
+        start = at + 1 if at >= 0 else -1
     if start >= 0:
         end = text.find("\n## ", start + 1)
         text = text[:start] + block + (text[end + 1:].lstrip("\n") if end >= 0 else "")

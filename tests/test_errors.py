@@ -399,3 +399,23 @@ def test_kernel_replace_and_a_dict_of_arrays():
     x = td.from_array(np.ones(3))
     with pytest.raises(TypeError, match=r"a dict of outputs: item 'y' is a Array.*as a tuple of arrays"):
         td.evaluate({"y": x.sum()})
+
+
+def test_a_kernel_other_kernels_laws_name_cannot_be_replaced():
+    """row_sum distributes over add by name: replacing add would hand that law to
+    another function (a max registered as "add" made the optimizer push row_sum
+    below it: a wrong plan)."""
+    with pytest.raises(ValueError, match=r"the kernel 'add' cannot be replaced: the distributive laws of .*row_sum"):
+        td.kernel(lambda a, b: np.maximum(a, b), name="add", shape="broadcast", replace=True)
+    assert td.kernels.get_kernel("add")(np.array([1.0]), np.array([2.0]))[0] == 3  # still the sum
+
+
+@pytest.mark.timeout(120)
+def test_describing_placements_of_a_shared_dag_visits_each_node_once():
+    """A self-join of a self-join ... is a DAG of 40 nodes and 2**40 paths: describing
+    (and explaining) its placement walks nodes, not paths."""
+    x = td.from_numpy(np.ones((4, 4)), 2, name="X")
+    for _ in range(40):
+        x = td.join(x, x, [0, 1], [0, 1], "add")
+    plan = td.compile(x, sites=2)
+    assert plan.outputs[0].placement is not None and "join" in plan.explain().lower()

@@ -507,6 +507,24 @@ def test_a_users_failing_kernel_or_loader_names_where_it_ran(client):
     assert any(n.startswith("tra_dask: while evaluating loader (chunk (") for n in got.value.__notes__)
 
 
+def _fused_depth(work) -> int:
+    """How deep fused calls nest in the plan's deepest task."""
+    inner = set(work.into)
+    readers = {r for r in work.into.values() if r not in inner}
+    by_reader: dict = {}
+    for t, r in work.into.items():
+        by_reader.setdefault(r, []).append(t)
+    best = 0
+    for top in readers:  # iteratively: chains are long
+        stack, seen = [(top, 0)], 0
+        while stack:
+            task, d = stack.pop()
+            seen = max(seen, d)
+            stack.extend((t, d + 1) for t in by_reader.get(task, ()))
+        best = max(best, seen)
+    return best
+
+
 def test_long_chains_of_elementwise_steps_plan_and_run(client):
     """1000 transforms in a chain: the compiled plan fuses them into tasks nested at
     most MAX_FUSED_DEPTH deep (a Dask task pickles by recursion), and the optimizer's
@@ -520,6 +538,16 @@ def test_long_chains_of_elementwise_steps_plan_and_run(client):
     compiled = td.compile(x, sites=3)
     per_tuple = 1000 // MAX_FUSED_DEPTH
     assert compiled.cost.tasks >= 4 * per_tuple  # one task per MAX_FUSED_DEPTH steps of each tuple
+    # under the time model's fusion too (its rule for small granules takes late tasks in)
+    from tra_dask.optimizer.time import fusion_for
+    from tra_dask.physical.work import plan_work
+
+    w = td.from_numpy(np.ones((16, 16)), 2, name="W")  # 64 chunks: small granules of each site's work
+    for i in range(200):
+        w = td.transform(w, "neg")
+    wide = td.compile(w, sites=2)
+    for fusion in (None, fusion_for(td.ClusterSpec(2))):
+        assert _fused_depth(plan_work(wide.outputs, fusion=fusion)) == MAX_FUSED_DEPTH
     np.testing.assert_array_equal(td.submit(compiled, client=client).to_numpy(), a)
     y = td.from_numpy(a, 2, name="A")
     for i in range(201):

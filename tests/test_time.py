@@ -124,6 +124,15 @@ def test_workers_sharing_a_hosts_cores_take_an_idle_ones_core():
     assert busiest(np.array([8.0, 4, 4]), own) == 8 and busiest(np.array([6.0, 5, 5]), own) == 6
     assert busiest(np.array([3.0, 0, 0]), shared) == pytest.approx(2)  # alone: 1.5x the shared rate
     assert busiest(np.array([5.0, 5, 5]), shared) == 5  # all busy: the measured rates
+    # 2 workers x 4 threads on 4 cores: calibrated one thread per worker (each had a core),
+    # so one busy worker runs as predicted and two share the 4 cores (twice as long)
+    threads = td.ClusterSpec(2, threads=4, cores=4)
+    assert busiest(np.array([1.0, 0]), threads) == 1 and busiest(np.array([1.0, 1]), threads) == 2
+    assert busiest(np.array([1.0, 1]), td.ClusterSpec(2, threads=2, cores=4)) == 1  # a core per thread
+    # new sites are new hosts, whatever the known hosts are called
+    assert td.ClusterSpec(3, hosts=(0, 0, 4)).with_sites(4).hosts == (0, 0, 4, 5)
+    assert td.ClusterSpec(2, hosts=("a", "a")).with_sites(3).hosts[:2] == ("a", "a")
+    assert len(set(td.ClusterSpec(2, hosts=("a", "a")).with_sites(3).hosts)) == 2
     # two hosts, one shared (sites 0-2 on 2 cores), one not (site 3 alone)
     mixed = td.ClusterSpec(4, cores=2, hosts=(0, 0, 0, 1))
     assert busiest(np.array([3.0, 0, 0, 2.5]), mixed) == 2.5 and busiest(np.array([3.0, 0, 0, 1]), mixed) == 2

@@ -276,10 +276,18 @@ _REGISTRY: dict[str, Kernel] = {}
 
 def register(k: Kernel, *, replace: bool = False) -> Kernel:
     """Add ``k`` to the registry under ``k.name``."""
-    if k.name in _REGISTRY and not replace and _REGISTRY[k.name].fn is not k.fn:
-        raise ValueError(
-            f"a kernel named {k.name!r} is already registered; pick another name or pass replace=True"
-        )
+    old = _REGISTRY.get(k.name)
+    if old is not None and old.fn is not k.fn:
+        if not replace:
+            raise ValueError(
+                f"a kernel named {k.name!r} is already registered; pick another name or pass replace=True"
+            )
+        laws = sorted(o.name for o in _REGISTRY.values() if k.name in o.distributes_over and o.name != k.name)
+        if laws:  # those laws were declared for the kernel registered now, not for this one
+            raise ValueError(
+                f"the kernel {k.name!r} cannot be replaced: the distributive laws of {', '.join(laws)} name it, "
+                f"and the optimizer would apply them to the new function; register yours under another name"
+            )
     _REGISTRY[k.name] = k
     return k
 

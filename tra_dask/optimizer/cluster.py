@@ -58,9 +58,10 @@ class ClusterSpec:
     submission.  ``threads``: per worker.  ``cores``: the cores of each host, which its
     workers' threads share (None: a core per thread).  Where a host runs more threads
     than it has cores (3 single-threaded workers on 2 cores), the measured rates and
-    bandwidths are those a worker gets while every worker of its host is busy (what
-    ``td.calibrate`` measures), and a worker runs faster while others idle: the time
-    model sees it (:mod:`tra_dask.optimizer.time`).  ``source``: where the numbers
+    bandwidths are those a worker thread gets while one thread of every worker of its
+    host is busy (what ``td.calibrate`` measures), and a worker runs faster while
+    others idle: the time model sees it (:attr:`shared_hosts`,
+    :mod:`tra_dask.optimizer.time`).  ``source``: where the numbers
     come from."""
 
     sites: int
@@ -125,10 +126,14 @@ class ClusterSpec:
     @property
     def shared_hosts(self) -> tuple:
         """The hosts whose workers' threads outnumber their cores, each as
-        ``(its sites, slowdown, capacity)``: ``sites`` an index array, ``slowdown`` =
-        threads / cores (a site's seconds at the measured rates over its seconds
-        alone), ``capacity`` = the host's cores / threads per worker (sites' worth of
-        work it runs at once).  Empty where every thread has a core."""
+        ``(its sites, alone, together)``: ``sites`` an index array; a site's seconds
+        at the spec's rates times ``alone`` is what it takes with the host to itself,
+        the host's summed seconds times ``together`` what they take sharing its cores.
+        The rates are calibrated with one thread per worker busy at once (per-thread
+        rate ``R·min(1, C/W)`` for a per-core rate ``R``, ``W`` workers, ``C`` cores),
+        so with ``T`` threads per worker ``alone = min(1, C/W)·T/min(T, C)`` and
+        ``together = min(1, C/W)·T/min(W·T, C)`` (3 one-thread workers on 2 cores:
+        2/3 and 1/3).  Empty where every thread has a core."""
         return self._sharing()[0]
 
     @property
@@ -141,15 +146,19 @@ class ClusterSpec:
         if got is None:
             import numpy as np
 
-            groups: tuple = ()
+            groups: list = []
             if self.cores is not None:
                 by_host: dict = {}
                 for i, h in enumerate(self.hosts):
                     by_host.setdefault(h, []).append(i)
-                groups = tuple((np.array(sites), len(sites) * self.threads / self.cores, self.cores / self.threads)
-                               for sites in by_host.values() if len(sites) * self.threads > self.cores)
+                c, t = self.cores, self.threads
+                for sites in by_host.values():
+                    w = len(sites)
+                    if w * t > c:
+                        calibrated = min(1.0, c / w)
+                        groups.append((np.array(sites), calibrated * t / min(t, c), calibrated * t / min(w * t, c)))
             taken = {int(i) for sites, _, _ in groups for i in sites}
-            got = (groups, np.array([i for i in range(self.sites) if i not in taken], dtype=int))
+            got = (tuple(groups), np.array([i for i in range(self.sites) if i not in taken], dtype=int))
             object.__setattr__(self, "_shared", got)
         return got
 
@@ -164,10 +173,15 @@ class ClusterSpec:
         return self.bandwidth_local if self.single_host else min(self.bandwidth, self.bandwidth_local)
 
     def with_sites(self, sites: int) -> "ClusterSpec":
-        """The same machines' rates for another number of sites (one host each
+        """The same machines' rates for another number of sites (one new host each
         beyond the known ones)."""
-        hosts = self.hosts[:sites] + tuple(range(len(self.hosts), len(self.hosts) + max(0, sites - len(self.hosts))))
-        return dataclasses.replace(self, sites=sites, hosts=hosts)
+        extra = max(0, sites - len(self.hosts))
+        if all(isinstance(h, int) for h in self.hosts):
+            first = max(self.hosts, default=-1) + 1
+            new = tuple(range(first, first + extra))
+        else:
+            new = tuple(f"new host {i}" for i in range(extra))
+        return dataclasses.replace(self, sites=sites, hosts=self.hosts[:sites] + new)
 
     # -- a small file ------------------------------------------------------------------
     def to_dict(self) -> dict:

@@ -33,10 +33,10 @@ on the previous one (pipelining), nor transfers sharing a link with computation.
 
 Where a host's workers have more threads than it has cores (``spec.cores``: 3
 single-threaded workers on 2 cores), the rates ``td.calibrate`` measured are those of
-a worker while every worker of the host is busy, and "its busiest site" is
-:func:`busiest`: the larger of that site's seconds alone (threads / cores times
-fewer) and the host's seconds all together over its cores — a worker that idles
-gives its core to the others.  Without it the model balanced the 16 products of an
+a worker thread while one thread of every worker of the host is busy, and "its busiest
+site" is :func:`busiest`: the larger of that site's seconds with the host to itself
+and the host's seconds all together over its cores (``ClusterSpec.shared_hosts`` has
+the factors) — a worker that idles gives its cores to the others.  Without it the model balanced the 16 products of an
 8000x1000x8000 multiply 6/5/5 over 3 workers on 2 cores by moving 244 MiB where
 Dask's 8/4/4 moved 137 and ran 0.78 s to the balanced plan's 0.84 s; in a 3-worker
 table of 16 cases it then chose plans moving 2x the bytes that ran 1.1-1.3x the
@@ -217,19 +217,18 @@ def _memo_seconds(nc, spec: ClusterSpec) -> tuple[float, np.ndarray]:
 def busiest(v: np.ndarray, spec: ClusterSpec) -> float:
     """Seconds until every site is done with work ``v`` (seconds per site at the
     spec's rates): the busiest site's — except on a host whose workers' threads
-    outnumber its cores (``spec.shared_hosts``), where the measured rates are those of
-    a site sharing the cores with every other: there, the larger of its busiest
-    site's seconds alone (``slowdown`` times fewer) and all its sites' seconds over
-    the sites' worth of work its cores run at once.  With every site equally busy
+    outnumber its cores (``spec.shared_hosts``), where the calibrated rates are those
+    of workers sharing the cores: there, the larger of its busiest site's seconds with
+    the host to itself and all its sites' seconds sharing its cores.  With every site equally busy
     that is the busiest site's seconds; an idle site gives its core to the others
     (3 workers on 2 cores: 8/4/4 products of a multiply take as long as 6/5/5)."""
     shared = spec.shared_hosts
     if not shared:
         return float(v.max(initial=0.0))
     t = float(v[spec.unshared_sites].max(initial=0.0))
-    for sites, slowdown, capacity in shared:
+    for sites, alone, together in shared:
         on = v[sites]
-        t = max(t, float(on.max()) / slowdown, float(on.sum()) / (slowdown * capacity))
+        t = max(t, float(on.max()) * alone, float(on.sum()) * together)
     return t
 
 

@@ -88,12 +88,15 @@ class PNode(Node):
         chain)."""
         got = self.__dict__.get("_placement")
         if got is None:
-            todo, order = [self], []
+            todo, order, seen = [self], [], {id(self)}
             while todo:
                 n = todo.pop()
                 if "_placement" not in n.__dict__:
                     order.append(n)
-                    todo.extend(n.children)
+                    for c in n.children:
+                        if id(c) not in seen:  # a DAG: each node once, not once per path
+                            seen.add(id(c))
+                            todo.append(c)
             for n in reversed(order):  # inputs before their readers
                 if "_placement" not in n.__dict__:
                     object.__setattr__(n, "_placement", _describe(n))

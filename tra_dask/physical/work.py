@@ -570,8 +570,8 @@ def _fusion(work: PlanWork, fusion: Fusion) -> dict:
     bounds = np.cumsum([0] + [len(c) for c in slot_c]).tolist()
     granules = timed and fusion.granules > 0
     for lo, hi, (b, m) in zip(bounds[:-1], bounds[1:], slot_node):  # in plan order: fused inputs decided first
+        cand[lo:hi] &= depth[spc[lo:hi]] < MAX_FUSED_DEPTH  # (before every rule that may take a candidate)
         here = cand[lo:hi] & (on_time[lo:hi] | (cheap & (work_in[spc[lo:hi]] <= fusion.cheap_below)))
-        here &= depth[spc[lo:hi]] < MAX_FUSED_DEPTH
         if granules and (cand[lo:hi] & ~here).any():  # late tasks into readers that are small granules
             r, every = sc[lo:hi] - b, cand[lo:hi]
             whole = work_in[b:b + m] + np.bincount(r[every], weights=work_in[spc[lo:hi][every]], minlength=m)
