@@ -36,11 +36,11 @@ single-threaded workers on 2 cores), the rates ``td.calibrate`` measured are tho
 a worker thread while one thread of every worker of the host is busy, and "its busiest
 site" is :func:`busiest`: the larger of that site's seconds with the host to itself
 and the host's seconds all together over its cores (``ClusterSpec.shared_hosts`` has
-the factors) — a worker that idles gives its cores to the others.  Without it the model balanced the 16 products of an
-8000x1000x8000 multiply 6/5/5 over 3 workers on 2 cores by moving 244 MiB where
-Dask's 8/4/4 moved 137 and ran 0.78 s to the balanced plan's 0.84 s; in a 3-worker
-table of 16 cases it then chose plans moving 2x the bytes that ran 1.1-1.3x the
-fewer-bytes plan.
+the factors) — a worker that idles gives its cores to the others.  Without it the
+model balanced the 16 products of an 8000x1000x8000 multiply 6/5/5 over 3 workers on
+2 cores by moving 244 MiB where Dask's 8/4/4 moved 137 and ran 0.78 s to the balanced
+plan's 0.84 s; in an A/B on a 3-worker table of 16 cases it chose differently in 4,
+plans moving 1.4-2x the bytes that ran 0.98-1.28x the time of the plans chosen with it.
 
 A site's transfers cost it for the bytes it sends *and* for those it receives: a
 transfer between worker processes is work at both ends (serialising, copying through
@@ -219,9 +219,10 @@ def busiest(v: np.ndarray, spec: ClusterSpec) -> float:
     spec's rates): the busiest site's — except on a host whose workers' threads
     outnumber its cores (``spec.shared_hosts``), where the calibrated rates are those
     of workers sharing the cores: there, the larger of its busiest site's seconds with
-    the host to itself and all its sites' seconds sharing its cores.  With every site equally busy
-    that is the busiest site's seconds; an idle site gives its core to the others
-    (3 workers on 2 cores: 8/4/4 products of a multiply take as long as 6/5/5)."""
+    the host to itself and all its sites' seconds sharing its cores.  With every site
+    equally busy that is the busiest site's seconds; an idle site gives its core to
+    the others (3 workers on 2 cores: 8/4/4 products of a multiply take as long as
+    6/5/5)."""
     shared = spec.shared_hosts
     if not shared:
         return float(v.max(initial=0.0))
