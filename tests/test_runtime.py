@@ -508,21 +508,17 @@ def test_a_users_failing_kernel_or_loader_names_where_it_ran(client):
 
 
 def _fused_depth(work) -> int:
-    """How deep fused calls nest in the plan's deepest task."""
-    inner = set(work.into)
-    readers = {r for r in work.into.values() if r not in inner}
+    """How deep fused calls nest in the plan's deepest task (a stack: chains are long)."""
     by_reader: dict = {}
     for t, r in work.into.items():
         by_reader.setdefault(r, []).append(t)
-    best = 0
-    for top in readers:  # iteratively: chains are long
-        stack, seen = [(top, 0)], 0
-        while stack:
-            task, d = stack.pop()
-            seen = max(seen, d)
-            stack.extend((t, d + 1) for t in by_reader.get(task, ()))
-        best = max(best, seen)
-    return best
+    stack = [(r, 0) for r in by_reader if r not in work.into]  # the tasks Dask runs
+    deepest = 0
+    while stack:
+        task, d = stack.pop()
+        deepest = max(deepest, d)
+        stack.extend((t, d + 1) for t in by_reader.get(task, ()))
+    return deepest
 
 
 def test_long_chains_of_elementwise_steps_plan_and_run(client):

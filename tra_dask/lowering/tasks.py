@@ -3,6 +3,7 @@ pickle by reference; kernels receive chunks in their own array module."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 from ..logical.evaluate import check_chunk
@@ -13,32 +14,31 @@ def identity(x):
     return x
 
 
-def _noted(e: BaseException, where: str, key) -> None:
-    """Add to a user's kernel's or loader's own exception where it ran, as the
-    in-process evaluator does (the note travels with it to the client)."""
-    if hasattr(e, "add_note"):  # Python >= 3.11
-        e.add_note(f"tra_dask: while evaluating {where} (chunk {key}, on a worker)")
+@contextlib.contextmanager
+def _noted(where: str, key):
+    """A user's kernel or loader raising inside: its own exception, with a note of
+    where it ran, as the in-process evaluator adds (the note travels to the client)."""
+    try:
+        yield
+    except Exception as e:
+        if hasattr(e, "add_note"):  # Python >= 3.11
+            e.add_note(f"tra_dask: while evaluating {where} (chunk {key}, on a worker)")
+        raise
 
 
 def apply(fn, params, check, *chunks):
     """A kernel call; its output checked against the plan's type (``check``: shape,
     dtype, node, kernel, key) so that a kernel that lies about its output fails
     here, naming itself, rather than assembling a wrong result."""
-    try:
+    with _noted(check[2], check[4]):
         out = fn(*chunks, *params)
-    except Exception as e:
-        _noted(e, check[2], check[4])
-        raise
     return check_chunk(out, *check)
 
 
 def fold(fn, params, check, *chunks):
     """One group of a local aggregation, folded left in key order (checked as ``apply``)."""
-    try:
+    with _noted(check[2], check[4]):
         out = functools.reduce(lambda a, b: fn(a, b, *params), chunks)
-    except Exception as e:
-        _noted(e, check[2], check[4])
-        raise
     return check_chunk(out, *check)
 
 
@@ -55,11 +55,8 @@ def fold_deferred(fn, params, check, *items):
     acc = None
     for item in items:
         x = made(item)
-        try:
+        with _noted(check[2], check[4]):
             acc = x if acc is None else fn(acc, x, *params)
-        except Exception as e:
-            _noted(e, check[2], check[4])
-            raise
         del x
     return check_chunk(acc, *check)
 
@@ -89,11 +86,8 @@ def tile_slice(x, dim, start, stop):
 
 def load(fn, key, shape, dtype, name):
     """Make a ``from_function`` chunk on its site and check it against its type."""
-    try:
+    with _noted(name, key):
         chunk = fn(key)
-    except Exception as e:
-        _noted(e, name, key)
-        raise
     got_shape, got_dtype = tuple(getattr(chunk, "shape", ())), getattr(chunk, "dtype", None)
     if got_shape != shape or str(got_dtype) != dtype:
         raise ValueError(
