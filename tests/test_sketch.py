@@ -157,10 +157,6 @@ def test_stages_and_an_immutable_plan():
     assert isinstance(plan.alternatives, tuple)
 
 
-@pytest.mark.xfail(strict=True, reason="known bug (2026-11-26): two Shuffles that move one array to one site make "
-                   "two fresh copies in the cost and the work (one transfer, deduplicated), but Broadcasts of those "
-                   "copies to one site count as two transfers where the simulator sees one copy travel once: "
-                   "predicted 3 floats, simulated 2 (results equal)")
 def test_copies_of_one_array_moved_on_again_count_once():
     """Found by test_sketched_plans_simulate_to_the_reference (a random program): the
     cost's and the work's dedup of moves (one array to one site) keys on each node's

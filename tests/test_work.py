@@ -442,3 +442,26 @@ def test_partial_products_fused_into_their_fold_are_deferred(sites):
     folds = [t for layer in lo.layers.values() for t in layer.values() if t.func is tasks.fold_deferred]
     assert folds and all(any(isinstance(a, DaskList) and a.args[0] == tasks.DEFERRED for a in t.args)
                          for t in folds)
+
+
+def test_first_moves_names_a_copy_by_what_it_carries_and_where_not_by_its_node():
+    """A copy two movers made of one array at one site is one copy: a later move of
+    either to another site is one transfer (the simulator's rule, and Dask's: a key
+    fetched once)."""
+    from tra_dask.physical.work import first_moves
+
+    a = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    S = 2
+    # array 10 to site 1 twice (copies 20, 21), then copy 21 to site 0 (22), copy 20 to site 0 (23),
+    # and array 10 to site 0 (24: another copy, from the original)
+    moves = [(a(10), a(1), a(20)), (a(10), a(1), a(21)), (a(21), a(0), a(22)), (a(20), a(0), a(23)),
+             (a(10), a(0), a(24))]
+    first = first_moves(moves, S)
+    assert [f.tolist() for f in first] == [[0], [0], [2], [2], [4]]
+    # several moves per mover, a chain of renamed copies, and unrelated arrays
+    moves = [(a(1, 2), a(1, 1), a(30, 31)), (a(2, 1, 5), a(1, 1, 1), a(40, 41, 42)), (a(40, 41), a(0, 0), a(50, 51)),
+             (a(51, 30), a(1, 0), a(60, 61))]
+    first = first_moves(moves, S)
+    assert [f.tolist() for f in first] == [[0, 1], [1, 0, 4], [5, 6], [7, 6]]
+    # disjoint movers: each move its own
+    assert [f.tolist() for f in first_moves([(a(1), a(0), a(9)), (a(3), a(1), a(8))], S)] == [[0], [1]]

@@ -266,16 +266,18 @@ def plan_cost(outputs, model: str = "exact", *, whole: bool = False) -> Cost:
 def _one_transfer_per_array_and_site(nodes, need, per, digests: dict | None = None):
     """Two moves of one array to one site (from different Broadcast/Shuffle nodes)
     are one transfer on a cluster: the worker already holds it.  Count it for the
-    first node (in plan order) that moves it.
+    first node (in plan order) that moves it (:func:`~tra_dask.physical.work.first_moves`,
+    which the work's transfers use too: a copy two nodes made is one copy, also to
+    a later move).
 
-    Every needed move of the plan, in plan order, as the code ``source object *
-    sites + destination``; a move counts iff it is the first occurrence of its code.
     What each node moves is summarised once per (node, demand) and remembered on the
     node (:func:`_needed_moves`: the search re-costs one big broadcast under many
-    plans); when no two nodes' code ranges meet (the usual case: moves of unrelated
-    arrays) no code is in two nodes and each node's count is its own, else one
-    vectorised pass over every node's distinct codes finds the first occurrences."""
+    plans); when no two nodes' code ranges (``array * sites + destination``) meet
+    (the usual case: moves of unrelated arrays) no move is in two nodes and each
+    node's count is its own."""
     import dataclasses
+
+    from ..physical.work import first_moves
 
     movers = [n for n in nodes if isinstance(n, (Broadcast, Shuffle))]
     if not movers:
@@ -286,13 +288,11 @@ def _one_transfer_per_array_and_site(nodes, need, per, digests: dict | None = No
         per_node = [p[0] for p in parts]
     else:
         arrays = [p[3] if p[3] is not None else _needed_move_arrays(n, need[n]) for n, p in zip(movers, parts)]
-        codes = np.concatenate([c for c, _ in arrays])
-        floats = np.concatenate([f for _, f in arrays])
-        owner = np.concatenate([np.full(len(c), i, dtype=np.intp) for i, (c, _) in enumerate(arrays)])
-        first = _first_occurrences(codes)  # positions, increasing: owners stay in plan order
-        total = np.concatenate([[0], np.cumsum(floats[first], dtype=np.int64)])
-        bounds = np.searchsorted(owner[first], np.arange(len(movers) + 1))
-        per_node = (total[bounds[1:]] - total[bounds[:-1]]).tolist()  # exact integer sums per node
+        first = first_moves([m[:3] for m in arrays], max(n.nsites for n in movers))
+        per_node, lo = [], 0
+        for f, m in zip(first, arrays):
+            per_node.append(int(m[3][f == np.arange(lo, lo + len(f))].sum()))  # exact integer sums
+            lo += len(f)
     out = dict(per)
     for n, f in zip(movers, per_node):
         if f != per[n].floats_moved:
@@ -305,15 +305,16 @@ def _one_transfer_per_array_and_site(nodes, need, per, digests: dict | None = No
     return out
 
 
-_KEEP_MOVES = 1 << 20  # needed moves of a node whose codes are remembered (more: recomputed if ever needed)
+_KEEP_MOVES = 1 << 20  # needed moves of a node whose arrays are remembered (more: recomputed if ever needed)
 
 
 def _needed_moves(n: PNode, mask: np.ndarray, digest: bytes | None) -> tuple:
     """``(floats, lo, hi, arrays)`` for the needed moves of the Broadcast/Shuffle
-    ``n``: the floats of its distinct moves, the range of their codes (``lo > hi``
-    when none), and :func:`_needed_move_arrays` (``None`` when there are more than
-    :data:`_KEEP_MOVES`).  Remembered on the node per demand digest: a broadcast's
-    layout can hold 10^7 tuples, and the search costs it under many plans."""
+    ``n``: the floats of its distinct moves, the range of their codes ``array *
+    sites + destination`` (``lo > hi`` when none), and :func:`_needed_move_arrays`
+    (``None`` when there are more than :data:`_KEEP_MOVES`).  Remembered on the node
+    per demand digest: a broadcast's layout can hold 10^7 tuples, and the search
+    costs it under many plans."""
     memo = n.__dict__.get("_moves_memo")
     if memo is None:
         memo = {}
@@ -321,9 +322,10 @@ def _needed_moves(n: PNode, mask: np.ndarray, digest: bytes | None) -> tuple:
     key = _digest(mask) if digest is None else digest
     hit = memo.get(key)
     if hit is None:
-        codes, floats = _needed_move_arrays(n, mask)
+        arrays = _needed_move_arrays(n, mask)
+        codes = arrays[0] * np.int64(n.nsites) + arrays[1]
         lo, hi = (int(codes.min()), int(codes.max())) if len(codes) else (0, -1)
-        hit = (int(floats.sum()), lo, hi, (codes, floats) if len(codes) <= _KEEP_MOVES else None)
+        hit = (int(arrays[3].sum()), lo, hi, arrays if len(codes) <= _KEEP_MOVES else None)
         if len(memo) >= _MEMO_PER_NODE:
             memo.pop(next(iter(memo)))
         memo[key] = hit
@@ -331,18 +333,18 @@ def _needed_moves(n: PNode, mask: np.ndarray, digest: bytes | None) -> tuple:
 
 
 def _needed_move_arrays(n: PNode, mask: np.ndarray) -> tuple:
-    """``(codes, floats)``: the distinct codes ``source object * sites + destination``
-    of the needed moves of ``n``, in layout order, each with the floats of its first
-    occurrence.  A moved tuple's object is new per (source object, destination)
-    (:func:`~tra_dask.physical.layout.fresh_per_class`), so when the layout's origins
-    are distinct (computed once per layout) its codes already are."""
+    """``(array, site, copy, floats)``: the distinct needed moves of ``n`` (the array
+    each carries, its destination, the copy it makes there, its floats), in layout
+    order, each as its first occurrence.  A moved tuple's object is new per (source
+    object, destination) (:func:`~tra_dask.physical.layout.fresh_per_class`), so
+    when the layout's origins are distinct (computed once per layout) its moves
+    already are."""
     lay = n.layout
     idx = np.flatnonzero(lay.moved & mask)
-    codes = n.input.layout.origin[lay.lineage[0][idx]] * np.int64(n.nsites) + lay.sites[idx]
     if not lay.origins_distinct():
-        keep = _first_occurrences(codes)
-        idx, codes = idx[keep], codes[keep]
-    return codes, n.type.chunk_sizes[lay.rows[idx]]
+        idx = idx[_first_occurrences(lay.origin[idx])]
+    return (n.input.layout.origin[lay.lineage[0][idx]].astype(np.int64), lay.sites[idx].astype(np.int64),
+            lay.origin[idx], n.type.chunk_sizes[lay.rows[idx]])
 
 
 def brute_force_frontier(node: PNode) -> tuple:

@@ -52,7 +52,8 @@ from .demand import demand, result_copies
 from .nodes import (Broadcast, ConcatAgg, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PNode, PSource, Shuffle,
                     TileMap)
 
-__all__ = ["Fusion", "Task", "Transfer", "NodeWork", "PlanWork", "node_work", "plan_work", "TASK_KINDS", "FUSABLE_KINDS"]
+__all__ = ["Fusion", "Task", "Transfer", "NodeWork", "PlanWork", "node_work", "plan_work", "first_moves", "TASK_KINDS",
+           "FUSABLE_KINDS"]
 
 TASK_KINDS = ("load", "transfer", "kernel", "fold", "concat", "tile")  # the kinds that are graph tasks
 FUSABLE_KINDS = ("kernel", "fold", "concat", "tile")  # local computations: fused into their one reader
@@ -439,22 +440,22 @@ class PlanWork:
         movers = [n for n in self.order if self.nodes[n].kind == "transfer"]
         if movers:  # the first task (plan order) that moves an (array, destination site) makes the transfer
             ws = [self.nodes[n] for n in movers]
-            s = max(n.nsites for n in movers)
-            code = np.concatenate([w.task_array.astype(np.int64) * s + w.task_site for w in ws])
+            first = first_moves([(w.task_array, w.task_site, n.layout.origin[w.task_tuple])
+                                 for n, w in zip(movers, ws)], max(n.nsites for n in movers))
             node_of = np.repeat(np.arange(len(ws)), [len(w.task_site) for w in ws])
             task_of = np.concatenate([np.arange(len(w.task_site), dtype=np.int64) for w in ws])
-            _, first, inv = np.unique(code, return_index=True, return_inverse=True)
-            is_first = first[inv] == np.arange(len(code))  # the first occurrence of its code
-            dup = np.flatnonzero(~is_first)
-            f = first[inv[dup]]
-            self.via = {(movers[a], t): (movers[b], u) for a, t, b, u in zip(
-                node_of[dup].tolist(), task_of[dup].tolist(), node_of[f].tolist(), task_of[f].tolist())}
-            for n, w, own in zip(movers, ws, np.split(is_first, np.cumsum([len(w.task_site) for w in ws])[:-1])):
+            base = 0
+            for n, w, f in zip(movers, ws, first):
+                own = f == np.arange(base, base + len(f))
+                dup = np.flatnonzero(~own)
+                self.via.update({(n, t): (movers[b], u) for t, b, u in zip(
+                    dup.tolist(), node_of[f[dup]].tolist(), task_of[f[dup]].tolist())})
                 own = np.flatnonzero(own)
                 itemsize = n.type.dtype.itemsize
                 self.transfers += [Transfer(n, t, a, src, d, fl, fl * itemsize) for t, a, src, d, fl in zip(
                     own.tolist(), w.task_array[own].tolist(), w.task_src[own].tolist(),
                     w.task_site[own].tolist(), w.task_floats[own].tolist())]
+                base += len(f)
         self.into: dict = _fusion(self, fusion) if fuse else {}
 
     def __getitem__(self, node: PNode) -> NodeWork:
@@ -495,6 +496,56 @@ def plan_work(outputs, *, fuse: bool = True, fusion: "Fusion | None" = None) -> 
     if hasattr(outputs, "outputs"):
         outputs = outputs.outputs
     return PlanWork(outputs, fuse=fuse, fusion=fusion)
+
+
+def first_moves(moves: list, nsites: int) -> list:
+    """Which move of a plan makes each transfer.  ``moves[i] = (array, site, copy)``
+    for the ``i``-th Broadcast/Shuffle in plan order, one entry per distinct move it
+    makes (int arrays): the array it carries (its input's layout origin), the
+    destination site, and the id of the copy it makes there (its output's origin).
+    Returns, for each mover, the position (in the concatenation of every mover's
+    moves) of the move that makes its transfer: its own position when it is the
+    first in plan order to move its array to its site, else the first's.
+
+    Copies are the arrays a cluster holds: the copy a move makes is named by (the copy
+    it carries, its destination), whichever node makes it (the simulator's rule).  A
+    layout gives each node's copies fresh ids, so a duplicate move's copy is renamed
+    to the first's before a later mover's arrays are compared: two Shuffles that each
+    bring array X to site 1 make one copy there, and a Broadcast of either to site 0
+    is one transfer."""
+    sizes = [len(a) for a, _, _ in moves]
+    pos = np.cumsum([0] + sizes)
+    codes = [a.astype(np.int64) * nsites + d for a, d, _ in moves]
+    spans = sorted((int(c.min()), int(c.max())) for c in codes if len(c))
+    if all(x[1] < y[0] for x, y in zip(spans, spans[1:])):  # no code in two movers: each move is first
+        return [np.arange(lo, hi, dtype=np.int64) for lo, hi in zip(pos[:-1].tolist(), pos[1:].tolist())]
+    copies = np.concatenate([np.asarray(c, dtype=np.int64) for _, _, c in moves])
+    ren_from, ren_to = _EMPTY, _EMPTY      # a duplicate's copy id -> the first's (sorted by the former)
+    seen_code, seen_pos = _EMPTY, _EMPTY   # the first moves so far
+    out = []
+    for (a, d, _), lo, hi in zip(moves, pos[:-1].tolist(), pos[1:].tolist()):
+        a = a.astype(np.int64)
+        if len(ren_from):  # the arrays it carries, named as the first copies
+            k = np.minimum(np.searchsorted(ren_from, a), len(ren_from) - 1)
+            a = np.where(ren_from[k] == a, ren_to[k], a)
+        code = np.concatenate([seen_code, a * nsites + d])
+        at = np.concatenate([seen_pos, np.arange(lo, hi, dtype=np.int64)])
+        order = np.argsort(code, kind="stable")  # earlier moves first within a code
+        v = code[order]
+        new = np.r_[True, v[1:] != v[:-1]] if len(v) else np.zeros(0, bool)
+        group_first = at[order][new][np.cumsum(new) - 1]  # each (sorted) entry's first move
+        first = np.empty(len(code), dtype=np.int64)
+        first[order] = group_first
+        mine = first[len(seen_code):]
+        out.append(mine)
+        dup = mine != np.arange(lo, hi)
+        if dup.any():
+            ren_from = np.concatenate([ren_from, copies[lo:hi][dup]])
+            ren_to = np.concatenate([ren_to, copies[mine[dup]]])
+            o = np.argsort(ren_from, kind="stable")
+            ren_from, ren_to = ren_from[o], ren_to[o]
+        seen_code, seen_pos = v[new], at[order][new]
+    return out
 
 
 def _fusion(work: PlanWork, fusion: Fusion) -> dict:
