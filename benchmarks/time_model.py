@@ -4,8 +4,9 @@ On a real LocalCluster (2, then 3 workers x 1 thread), calibrated with
 ``td.calibrate``: for matmul (3 shapes x float32/float64 x 2 chunkings), nearest
 neighbour and the FFNN step, the chosen plan and one alternative per other
 strategy (and the plan the *default* ClusterSpec, and the bytes objective, would
-choose, when another strategy) run **interleaved** (repeat r runs every plan once
-before r+1, each round starting one plan later).
+choose, when another strategy) run **interleaved** (round r runs every plan once —
+``--runs`` times, each pass starting one plan later — before round r+1; a plan's time
+in a round is its fastest run there: a run the VM preempts reads slow, never fast).
 
 Every plan of a round runs on the *same placement* of its inputs: a round persists
 the inputs once with Dask (where Dask puts each block is the round's placement — it
@@ -21,7 +22,7 @@ median time over the rounds against the fastest plan's median: plans of equal sp
 read above 1 on the per-round ratio by the rounds' noise, however many rounds run,
 where the ratio of medians tends to their true ratio).
 
-    python benchmarks/time_model.py [--repeat 3] [--scale 0.5] [--quick] [--only 'blocks 8x8x8']
+    python benchmarks/time_model.py [--repeat 3] [--runs 1] [--scale 0.5] [--quick] [--only 'blocks 8x8x8']
         [--cluster local|processes]
 
 ``--cluster processes`` runs on a ``dask scheduler`` and ``dask worker`` processes
@@ -147,10 +148,11 @@ VARIANTS = (("chosen with the default spec", dict(objective="time", calibrate=Fa
             ("chosen by bytes", dict(objective="bytes")))
 
 
-def run_case(client, build, repeat, seeds, k_alternatives):
+def run_case(client, build, repeat, seeds, k_alternatives, runs=1):
     """Time the chosen plan, one alternative per other strategy and the default
     spec's and the bytes objective's choices, interleaved, each round on one
-    placement (module doc).  Returns [(label, predicted s, {round: wall}, busy runs,
+    placement (module doc); ``runs`` passes over the plans per round, a plan's time
+    in the round its fastest run.  Returns [(label, predicted s, {round: wall}, busy runs,
     MiB moved)] (predicted seconds and MiB: the median of its rounds')."""
     labels, picks, others, chosen_as = None, None, {}, []
     walls, predicted, busy, moved = {}, {}, {}, {}
@@ -171,26 +173,29 @@ def run_case(client, build, repeat, seeds, k_alternatives):
             moved = {lab: [] for lab in labels}
             busy = {lab: 0 for lab in labels}
         del plan  # (it holds the round's first copy: runs use their own)
-        for lab in labels[r % len(labels):] + labels[:r % len(labels)]:
-            expr = build(client, inputs.copy())  # this run's own copy, on the round's placement
-            if lab == "chosen":
-                p = td.plan_for(expr, client, objective="time")  # what the time objective picks here
-                chosen_as.append(strategy(p) or "compiled")
-            elif lab in others:
-                p = td.plan_for(expr, client, **others[lab])
-            else:
-                p = _same_strategy(td.plan_for(expr, client, objective="time"), next(pk for pk in picks if pk[1] == lab))
-                if p is None:  # not among this placement's plans
-                    continue
-            predicted[lab].append(plan_seconds(p.cost, td.cluster_spec(client))[0])  # on *this* cluster
-            moved[lab].append(p.cost.bytes_moved / 2**20)  # (predicted = measured: tests/test_real_cluster.py)
-            with LoadWatch(None) as w:
-                rf = td.submit(p, client=client)
-                for one in rf if isinstance(rf, tuple) else (rf,):
-                    one.wait()
-            walls[lab][r] = w.wall
-            busy[lab] += w.busy
-            del rf, p, expr
+        for sub in range(runs):  # runs x (every plan once), each pass starting one plan later
+            at = (r * runs + sub) % len(labels)
+            for lab in labels[at:] + labels[:at]:
+                expr = build(client, inputs.copy())  # this run's own copy, on the round's placement
+                if lab == "chosen":
+                    p = td.plan_for(expr, client, objective="time")  # what the time objective picks here
+                    chosen_as.append(strategy(p) or "compiled")
+                elif lab in others:
+                    p = td.plan_for(expr, client, **others[lab])
+                else:
+                    p = _same_strategy(td.plan_for(expr, client, objective="time"),
+                                       next(pk for pk in picks if pk[1] == lab))
+                    if p is None:  # not among this placement's plans
+                        continue
+                predicted[lab].append(plan_seconds(p.cost, td.cluster_spec(client))[0])  # on *this* cluster
+                moved[lab].append(p.cost.bytes_moved / 2**20)  # (predicted = measured: tests/test_real_cluster.py)
+                with LoadWatch(None) as w:
+                    rf = td.submit(p, client=client)
+                    for one in rf if isinstance(rf, tuple) else (rf,):
+                        one.wait()
+                walls[lab][r] = min(walls[lab].get(r, w.wall), w.wall)  # the round's time: its fastest run
+                busy[lab] += w.busy
+                del rf, p, expr
     seen = list(dict.fromkeys(chosen_as))
     name = {"chosen": "tra_dask chosen: " + (seen[0] if len(seen) == 1 else
                                              " / ".join(f"{s} ({chosen_as.count(s)}x)" for s in seen))}
@@ -202,7 +207,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sites", type=int, nargs="+", default=[2, 3])
     p.add_argument("--scale", type=float, default=0.5)
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=3, help="rounds (a new placement of the inputs each)")
+    p.add_argument("--runs", type=int, default=1,
+                   help="passes over the plans per round, interleaved; a plan's time in a round is its fastest run")
     p.add_argument("--dtype", nargs="+", default=["float64", "float32"])
     p.add_argument("--alternatives", type=int, default=4)
     p.add_argument("--quick", action="store_true")
@@ -231,7 +238,7 @@ def main(argv=None):
                 if args.only not in name:
                     continue
                 try:
-                    rows = run_case(client, build, args.repeat, seeds, args.alternatives)
+                    rows = run_case(client, build, args.repeat, seeds, args.alternatives, args.runs)
                 except RuntimeError as e:  # e.g. workers gone (out of memory): say so, keep what was measured
                     row = f"| {sites} | {name} | {dtype} | failed: {str(e)[:120]} | | | | | | | |"
                     print(row, flush=True)
@@ -284,7 +291,7 @@ def main(argv=None):
 
         processes = args.cluster == "processes"
         write_section("time model" + (": dask scheduler and dask worker processes" if processes else ""), [
-            f"`python benchmarks/time_model.py --repeat {args.repeat} --scale {args.scale}"
+            f"`python benchmarks/time_model.py --repeat {args.repeat} --runs {args.runs} --scale {args.scale}"
             f"{' --cluster processes' if processes else ''}` — "
             f"{machine_line(A, '`dask scheduler` + `dask worker` ' if processes else 'LocalCluster')}", "",
             "Calibration (`td.calibrate`):", "", *cal, "", *summary, "",

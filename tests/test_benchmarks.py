@@ -69,8 +69,8 @@ def _check_one_placement():
 
 
 def test_time_model_quick_run():
-    out = subprocess.run([sys.executable, "time_model.py", "--quick", "--only", "blocks 4x4x4", "--no-write"],
-                         cwd=BENCH, capture_output=True, text=True, timeout=600)
+    out = subprocess.run([sys.executable, "time_model.py", "--quick", "--runs", "2", "--only", "blocks 4x4x4",
+                          "--no-write"], cwd=BENCH, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.stdout.splitlines() if line.startswith("| 2 |")]
     assert rows and rows[0][3].startswith("tra_dask chosen")
