@@ -16,13 +16,16 @@ the plans compared in a round are compared on the same data layout, and the chos
 plan is the one the time objective picks for it.  Per plan: predicted seconds (the
 median of its rounds'), measured min/median, the prediction's error, and its time
 over the fastest plan's *of the same round*, median over the rounds; a case counts as
-"within 10%" when that median for the chosen plan is at most 1.1 (the count by each
-plan's best round, as before, is reported beside it, and the count by each plan's
-median time over the rounds against the fastest plan's median: plans of equal speed
-read above 1 on the per-round ratio by the rounds' noise, however many rounds run,
-where the ratio of medians tends to their true ratio).
+"within 10%" when that median for the chosen plan is at most 1.1.  Reported beside it:
+the count by each plan's best round, and by each plan's median time over the rounds
+against the fastest plan's median.  The per-round ratio compares plans on one placement;
+its noise reads plans of equal speed above 1 (the fastest of several equal plans in a
+round is the luckiest), which the fastest of ``--runs`` runs per round shrinks.  The
+ratio of medians has no such bias, but mixes placements: a round whose placement slows
+every plan in it raises their medians, and a plan missing from a round (not among that
+placement's plans) has its median over the other rounds.
 
-    python benchmarks/time_model.py [--repeat 3] [--runs 1] [--scale 0.5] [--quick] [--only 'blocks 8x8x8']
+    python benchmarks/time_model.py [--repeat 3] [--runs 3] [--scale 0.5] [--quick] [--only 'blocks 8x8x8']
         [--cluster local|processes]
 
 ``--cluster processes`` runs on a ``dask scheduler`` and ``dask worker`` processes
@@ -208,7 +211,7 @@ def main(argv=None):
     p.add_argument("--sites", type=int, nargs="+", default=[2, 3])
     p.add_argument("--scale", type=float, default=0.5)
     p.add_argument("--repeat", type=int, default=3, help="rounds (a new placement of the inputs each)")
-    p.add_argument("--runs", type=int, default=1,
+    p.add_argument("--runs", type=int, default=3,
                    help="passes over the plans per round, interleaved; a plan's time in a round is its fastest run")
     p.add_argument("--dtype", nargs="+", default=["float64", "float32"])
     p.add_argument("--alternatives", type=int, default=4)
