@@ -465,3 +465,21 @@ def test_first_moves_names_a_copy_by_what_it_carries_and_where_not_by_its_node()
     assert [f.tolist() for f in first] == [[0, 1], [1, 0, 4], [5, 6], [7, 6]]
     # disjoint movers: each move its own
     assert [f.tolist() for f in first_moves([(a(1), a(0), a(9)), (a(3), a(1), a(8))], S)] == [[0], [1]]
+
+
+def test_two_copies_one_move_carries_are_one_array_to_its_next_site():
+    """Two Shuffles bring one array X to site 1 (copies of X that are one copy there);
+    a Broadcast carries both on to site 0: one transfer, the second task reads the
+    first's copy — an earlier task of the same node (found by a review: the lowering
+    looked that node's keys up before it had made them)."""
+    from tra_dask.physical.nodes import KeyArrayMap, LocalMap
+
+    S = td.from_numpy(np.arange(4.0).reshape(1, 4), (1, 4), name="S")
+    dup = LocalMap(PSource(S, Part((0,), 2)), KeyArrayMap(insert_dim(2, 2)))  # two keys, one array, site 0
+    s2 = Shuffle(Shuffle(dup, (2,), table=(0, 1)), (2,), table=(1, 1))  # each key to site 1 by its own Shuffle
+    plan = td.Plan((Broadcast(s2),))
+    work = plan_work(plan)
+    b = plan.outputs[0]
+    assert work.via.get((b, 1)) == (b, 0)
+    assert plan.cost.floats_moved == work.floats_moved == td.simulate(plan).floats_moved == 8
+    check_work(plan)

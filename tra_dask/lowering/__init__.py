@@ -253,8 +253,8 @@ def _visit_move(node, w: NodeWork, task_keys: list, out: Lowered):
         if first is None:
             out.moves[(in_keys[p], site)] = _task(out, site, key, tasks.identity, TaskRef(in_keys[p]))
         else:
-            fnode, ft = first
-            fkey = out.node_keys[fnode][int(out.work[fnode].task_tuple[ft])]
+            fnode, ft = first  # (an earlier task of this node when two copies it carries are one)
+            fkey = task_keys[ft] if fnode is node else out.node_keys[fnode][int(out.work[fnode].task_tuple[ft])]
             _task(out, site, key, tasks.identity, TaskRef(fkey))
 
 

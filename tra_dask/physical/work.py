@@ -392,9 +392,11 @@ class PlanWork:
     :class:`NodeWork` under the plan's demand, in plan (topological) order, and the
     arrays that travel between sites, once per (array, destination site).
 
-    ``via[(node, t)] = (first node, its task)`` for a transfer task that another
-    Broadcast/Shuffle earlier in plan order already made: it reads that copy on its
-    own site and moves no bytes.  ``transfers`` lists the real ones.
+    ``via[(node, t)] = (first node, its task)`` for a transfer task that a move
+    earlier in plan order already made (another Broadcast/Shuffle's, or an earlier task
+    of the same node when two copies it carries are one: :func:`first_moves`): it
+    reads that copy on its own site and moves no bytes.  ``transfers`` lists the real
+    ones.
 
     **Fusion** (after placement: it changes no site, no transfer and no byte).
     ``into[(node, t)] = (consumer node, its task)`` for a task that runs *inside*
@@ -505,46 +507,67 @@ def first_moves(moves: list, nsites: int) -> list:
     destination site, and the id of the copy it makes there (its output's origin).
     Returns, for each mover, the position (in the concatenation of every mover's
     moves) of the move that makes its transfer: its own position when it is the
-    first in plan order to move its array to its site, else the first's.
+    first in plan order to move its array to its site, else the first's (which may
+    be an earlier move of the same mover, when two copies it carries are one).
 
     Copies are the arrays a cluster holds: the copy a move makes is named by (the copy
     it carries, its destination), whichever node makes it (the simulator's rule).  A
     layout gives each node's copies fresh ids, so a duplicate move's copy is renamed
-    to the first's before a later mover's arrays are compared: two Shuffles that each
-    bring array X to site 1 make one copy there, and a Broadcast of either to site 0
-    is one transfer."""
+    to the first's, and the moves that carry it are compared again: two Shuffles that
+    each bring array X to site 1 make one copy there, and a Broadcast of either to
+    site 0 is one transfer.  One pass finds the first of each (array, site) in plan
+    order; a pass is repeated only while a rename changes what a move carries (as
+    many passes as the longest chain of renamed copies carried on, usually none)."""
     sizes = [len(a) for a, _, _ in moves]
-    pos = np.cumsum([0] + sizes)
-    codes = [a.astype(np.int64) * nsites + d for a, d, _ in moves]
+    pos = np.cumsum([0] + sizes).tolist()
+    codes = [np.asarray(a, dtype=np.int64) * nsites + d for a, d, _ in moves]
     spans = sorted((int(c.min()), int(c.max())) for c in codes if len(c))
-    if all(x[1] < y[0] for x, y in zip(spans, spans[1:])):  # no code in two movers: each move is first
-        return [np.arange(lo, hi, dtype=np.int64) for lo, hi in zip(pos[:-1].tolist(), pos[1:].tolist())]
-    copies = np.concatenate([np.asarray(c, dtype=np.int64) for _, _, c in moves])
-    ren_from, ren_to = _EMPTY, _EMPTY      # a duplicate's copy id -> the first's (sorted by the former)
-    seen_code, seen_pos = _EMPTY, _EMPTY   # the first moves so far
-    out = []
-    for (a, d, _), lo, hi in zip(moves, pos[:-1].tolist(), pos[1:].tolist()):
-        a = a.astype(np.int64)
-        if len(ren_from):  # the arrays it carries, named as the first copies
-            k = np.minimum(np.searchsorted(ren_from, a), len(ren_from) - 1)
-            a = np.where(ren_from[k] == a, ren_to[k], a)
-        code = np.concatenate([seen_code, a * nsites + d])
-        at = np.concatenate([seen_pos, np.arange(lo, hi, dtype=np.int64)])
-        order = np.argsort(code, kind="stable")  # earlier moves first within a code
-        v = code[order]
-        new = np.r_[True, v[1:] != v[:-1]] if len(v) else np.zeros(0, bool)
-        group_first = at[order][new][np.cumsum(new) - 1]  # each (sorted) entry's first move
-        first = np.empty(len(code), dtype=np.int64)
-        first[order] = group_first
-        mine = first[len(seen_code):]
-        out.append(mine)
-        dup = mine != np.arange(lo, hi)
-        if dup.any():
-            ren_from = np.concatenate([ren_from, copies[lo:hi][dup]])
-            ren_to = np.concatenate([ren_to, copies[mine[dup]]])
-            o = np.argsort(ren_from, kind="stable")
-            ren_from, ren_to = ren_from[o], ren_to[o]
-        seen_code, seen_pos = v[new], at[order][new]
+    if all(x[1] < y[0] for x, y in zip(spans, spans[1:])):
+        # no code in two movers, and within one each (array, site) makes its own copy:
+        # every move is the first of its code, and no copy is renamed
+        return [np.arange(lo, hi, dtype=np.int64) for lo, hi in zip(pos[:-1], pos[1:])]
+    carried = np.concatenate([np.asarray(a, dtype=np.int64) for a, _, _ in moves])
+    site = np.concatenate([np.asarray(d, dtype=np.int64) for _, d, _ in moves])
+    copy = np.concatenate([np.asarray(c, dtype=np.int64) for _, _, c in moves])
+    here = np.arange(len(carried), dtype=np.int64)
+    array = carried
+    while True:
+        first = _first_of_each(array * nsites + site)
+        dup = first != here
+        if not dup.any():
+            break
+        ren_from = copy[dup]
+        maybe = np.flatnonzero((carried >= ren_from.min()) & (carried <= ren_from.max()))
+        if not len(maybe):  # no move carries a renamed copy (the usual case: a cheap test)
+            break
+        ren_to = copy[first[dup]]  # a first's copy is never a duplicate: one step
+        o = np.argsort(ren_from, kind="stable")
+        ren_from, ren_to = ren_from[o], ren_to[o]
+        k = np.minimum(np.searchsorted(ren_from, carried[maybe]), len(ren_from) - 1)
+        renamed = carried.copy()
+        renamed[maybe] = np.where(ren_from[k] == carried[maybe], ren_to[k], carried[maybe])
+        if np.array_equal(renamed, array):
+            break
+        array = renamed
+    return [first[lo:hi] for lo, hi in zip(pos[:-1], pos[1:])]
+
+
+def _first_of_each(code: np.ndarray) -> np.ndarray:
+    """For each position, the first position holding the same code."""
+    n = len(code)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    lo = int(code.min())
+    span = int(code.max()) - lo + 1
+    if span <= 4 * n + 1024:  # a dense range: a table, no sort
+        at = np.empty(span, dtype=np.int64)
+        at[code[::-1] - lo] = np.arange(n - 1, -1, -1, dtype=np.int64)  # a repeated index keeps the last write
+        return at[code - lo]
+    order = np.argsort(code, kind="stable")
+    v = code[order]
+    new = np.r_[True, v[1:] != v[:-1]]
+    out = np.empty(n, dtype=np.int64)
+    out[order] = order[new][np.cumsum(new) - 1]
     return out
 
 
