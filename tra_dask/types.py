@@ -296,6 +296,32 @@ def unique_first_inverse(a: np.ndarray, bound: int | None = None):
     return values, first, inverse
 
 
+def first_of_each(a: np.ndarray) -> np.ndarray:
+    """For each position of the ints ``a``, the first position holding the same value:
+    by a table when the values span a range not much larger than ``len(a)`` (fresh
+    ids do), else by a stable sort.
+
+    >>> first_of_each(np.array([7, 3, 7, 3, 9])).tolist()
+    [0, 1, 0, 1, 4]
+    """
+    a = np.asarray(a).reshape(-1)
+    n = len(a)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    lo = int(a.min())
+    span = int(a.max()) - lo + 1
+    if span <= 4 * n + 1024:
+        at = np.empty(span, dtype=np.int64)
+        at[a[::-1] - lo] = np.arange(n - 1, -1, -1, dtype=np.int64)  # a repeated index keeps the last write
+        return at[a - lo]
+    order = np.argsort(a, kind="stable")
+    v = a[order]
+    new = np.r_[True, v[1:] != v[:-1]]
+    out = np.empty(n, dtype=np.int64)
+    out[order] = order[new][np.cumsum(new) - 1]
+    return out
+
+
 def join_pairs(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """All index pairs ``(i, j)`` with ``left[i] == right[j]`` (rows compared whole).
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..node import toposort
 from ..physical import Broadcast, KeyArrayMap, LocalMap, PNode, Shuffle, demand
+from ..types import first_of_each
 
 __all__ = ["COST_MODELS", "NodeCost", "Cost", "node_cost", "plan_cost", "brute_force_frontier"]
 
@@ -124,22 +125,7 @@ def _floats_moved(node: PNode, model: str, need: np.ndarray) -> int:
 def _first_occurrences(values: np.ndarray) -> np.ndarray:
     """Positions of the first occurrence of each distinct value, in increasing order
     (what ``np.unique(values, return_index=True)`` finds, sorted by position)."""
-    n = len(values)
-    if n <= 1:
-        return np.arange(n)
-    lo = int(values.min())
-    span = int(values.max()) - lo + 1
-    if span <= 4 * n + 1024:  # a dense range of ids (fresh ids are): a table, no sort
-        at = np.empty(span, dtype=np.int64)
-        pos = np.arange(n, dtype=np.int64)
-        at[values[::-1] - lo] = pos[::-1]  # a repeated index keeps the last write: the first position
-        return np.flatnonzero(at[values - lo] == pos)
-    order = np.argsort(values, kind="stable")
-    v = values[order]
-    first = np.empty(n, dtype=bool)
-    first[0] = True
-    np.not_equal(v[1:], v[:-1], out=first[1:])
-    return np.sort(order[first])
+    return np.flatnonzero(first_of_each(values) == np.arange(len(values)))
 
 
 def _bytes_per_site(node: PNode, need: np.ndarray) -> np.ndarray:

@@ -47,7 +47,7 @@ import numpy as np
 
 from ..logical.sources import ClusterSource, FromFunction
 from ..node import toposort
-from ..types import unique
+from ..types import first_of_each, unique
 from .demand import demand, result_copies
 from .nodes import (Broadcast, ConcatAgg, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PNode, PSource, Shuffle,
                     TileMap)
@@ -140,30 +140,10 @@ class NodeWork:
         self.kind = kind
         if not len(idx):
             return
-        n = len(code)
-        lo = int(code.min())
-        span = int(code.max()) - lo + 1
-        if span <= 4 * n + 1024:  # codes in a dense range (fresh ids are): a table, no sort
-            c = code - lo
-            at = np.empty(span, dtype=np.int64)
-            at[c[::-1]] = np.arange(n - 1, -1, -1, dtype=np.int64)  # a repeated index keeps the last write
-            first_of = at[c]  # each tuple's group, named by its first tuple's position
-            del at, c
-            is_first = first_of == np.arange(n)
-            self.task_tuple = idx[is_first]  # tasks in tuple order
-            self.made_by[idx] = (np.cumsum(is_first) - 1)[first_of]
-            return
-        order = np.argsort(code, kind="stable")  # sort-based: np.unique is slow on many ints
-        v = code[order]
-        new = np.r_[True, v[1:] != v[:-1]]
-        inv = np.empty(len(idx), dtype=np.int64)
-        inv[order] = np.cumsum(new) - 1    # group of each tuple
-        first = order[new]                 # the group's first tuple (the sort is stable)
-        by_pos = np.argsort(first)         # tasks in tuple order
-        rank = np.empty(len(first), dtype=np.int64)
-        rank[by_pos] = np.arange(len(first))
-        self.task_tuple = idx[first[by_pos]]
-        self.made_by[idx] = rank[inv]
+        first_of = first_of_each(code)  # each tuple's group, named by its first tuple's position
+        is_first = first_of == np.arange(len(code))
+        self.task_tuple = idx[is_first]  # tasks in tuple order
+        self.made_by[idx] = (np.cumsum(is_first) - 1)[first_of]
 
     @property
     def ntasks(self) -> int:
@@ -532,7 +512,7 @@ def first_moves(moves: list, nsites: int) -> list:
     here = np.arange(len(carried), dtype=np.int64)
     array = carried
     while True:
-        first = _first_of_each(array * nsites + site)
+        first = first_of_each(array * nsites + site)
         dup = first != here
         if not dup.any():
             break
@@ -550,25 +530,6 @@ def first_moves(moves: list, nsites: int) -> list:
             break
         array = renamed
     return [first[lo:hi] for lo, hi in zip(pos[:-1], pos[1:])]
-
-
-def _first_of_each(code: np.ndarray) -> np.ndarray:
-    """For each position, the first position holding the same code."""
-    n = len(code)
-    if not n:
-        return np.zeros(0, dtype=np.int64)
-    lo = int(code.min())
-    span = int(code.max()) - lo + 1
-    if span <= 4 * n + 1024:  # a dense range: a table, no sort
-        at = np.empty(span, dtype=np.int64)
-        at[code[::-1] - lo] = np.arange(n - 1, -1, -1, dtype=np.int64)  # a repeated index keeps the last write
-        return at[code - lo]
-    order = np.argsort(code, kind="stable")
-    v = code[order]
-    new = np.r_[True, v[1:] != v[:-1]]
-    out = np.empty(n, dtype=np.int64)
-    out[order] = order[new][np.cumsum(new) - 1]
-    return out
 
 
 def _fusion(work: PlanWork, fusion: Fusion) -> dict:
