@@ -10,7 +10,6 @@ from .logical import (
     Relation,
     aggregate,
     concat,
-    evaluate,
     filter,
     from_chunks,
     from_function,
@@ -21,15 +20,16 @@ from .logical import (
     transform,
 )
 from .logical import check_outputs
+from .logical import evaluate as _evaluate_relation
 from .logical import to_numpy as _relation_to_numpy
 from .frontend import Array, asarray, dot, einsum, from_array, from_region, matmul, tensordot
-from .optimizer import ClusterSpec, Plan, compile, optimize
+from .optimizer import ClusterSpec, GpuSpec, Plan, compile, optimize
 from .physical import All, KeySites, Part, simulate
 from .types import ArrayType, RelationType
 
 __version__ = "0.1.0"
 
-_RUNTIME = ("plan_for", "from_dask_array", "RelationFutures", "ArrayFutures", "drop_scattered")
+_RUNTIME = ("plan_for", "from_dask_array", "RelationFutures", "ArrayFutures", "drop_scattered", "embedded_client")
 
 
 def _arrays(x) -> bool:
@@ -40,12 +40,27 @@ def _arrays(x) -> bool:
 def to_numpy(x, chunks=None):
     """One numpy array from a relation whose keys form a chunk grid (``chunks``: its
     evaluated chunks, else it is evaluated here), or from a :class:`td.Array` (or a
-    tuple of them: evaluated in this process by the reference evaluator)."""
+    tuple of them: evaluated in this process by the reference evaluator).  Always
+    numpy: cupy chunks are copied to the host (:func:`evaluate` keeps them on the
+    device)."""
     if _arrays(x):
         from .frontend.run import evaluate_local
 
         return evaluate_local(x)
-    return _relation_to_numpy(x, chunks)
+    return kernels.to_host(_relation_to_numpy(x, chunks))
+
+
+def evaluate(x):
+    """The reference evaluator, in this process: ``{key: chunk}`` for a TRA
+    expression (a tuple/dict of them gives a tuple/dict), or, for a :class:`td.Array`
+    (or a tuple of them), the assembled array in its chunks' own array module — a
+    cupy array for cupy chunks, with no copy to the host (:func:`to_numpy` gives
+    numpy)."""
+    if _arrays(x):
+        from .frontend.run import evaluate_local
+
+        return evaluate_local(x, host=False)
+    return _evaluate_relation(x)
 
 
 def submit(x, client=None, sites=None, *, check: bool = True, **kw):
@@ -98,7 +113,7 @@ __all__ = [
     "Relation", "Kernel", "kernel", "ArrayType", "RelationType",
     "from_numpy", "from_chunks", "from_function",
     "aggregate", "join", "rekey", "filter", "transform", "tile", "concat",
-    "evaluate", "to_numpy", "compile", "optimize", "simulate", "submit", "compute", "plan_for", "from_dask_array", "RelationFutures", "ArrayFutures", "drop_scattered", "Plan", "All", "Part", "KeySites",
-    "ClusterSpec", "calibrate", "cluster_spec", "set_cluster_spec",
+    "evaluate", "to_numpy", "compile", "optimize", "simulate", "submit", "compute", "plan_for", "from_dask_array", "RelationFutures", "ArrayFutures", "drop_scattered", "embedded_client", "Plan", "All", "Part", "KeySites",
+    "ClusterSpec", "GpuSpec", "calibrate", "cluster_spec", "set_cluster_spec",
     "keys", "kernels", "programs", "k", "k0", "k1", "k2", "k3",
 ]

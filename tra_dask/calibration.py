@@ -36,6 +36,11 @@ A few seconds of measurements on the cluster itself (runtime layer: it talks to
   objective and run (once untimed, then the best of three): the rate at which the
   model predicts its wall time replaces the kernel's solo peak when lower (kernels
   share the cores with the scheduler, the client and transfers);
+* **GPUs** — where every worker has one (cupy sees a device), each measures its
+  device at once: matmul rates per dtype at two sizes, elementwise adds, copies
+  device ↔ host, a kernel launch, and its memory (:class:`GpuSpec`); plans over cupy
+  data are then priced on the devices.  The matmul rate in a plan (below) is
+  measured on the host only;
 * **memory, threads and cores** — the workers' own ``memory_limit`` and
   ``nthreads``, and the cores each worker's process may use (``dask.system``'s
   count: affinity and cgroup quota): where a host's workers have more threads than
@@ -58,7 +63,7 @@ from urllib.parse import urlsplit
 import dask
 import numpy as np
 
-from .optimizer.cluster import ClusterSpec
+from .optimizer.cluster import ClusterSpec, GpuSpec
 from .runtime import workers_info
 
 __all__ = ["calibrate", "cluster_spec", "set_cluster_spec"]
@@ -135,6 +140,84 @@ def _throughput(fn, work: float, seconds: float, clock=time.perf_counter) -> flo
         fn()
         reps += 1
     return reps * work / max(clock() - t0, 1e-9)
+
+
+def _gpu_rates(sizes=(1024, 4096), elems: int = 2**24, seconds: float = 0.2, nbytes: int = 2**26) -> dict | None:
+    """Run on a worker (all workers at once): its GPU's numbers for :class:`GpuSpec`,
+    or None where the worker has no GPU (no cupy, no device).  Matmul throughput per
+    dtype at two sizes (the peak and half size through them, as on the host),
+    elementwise adds, copies of ``nbytes`` device → host and host → device (pageable
+    host memory, as Dask's TCP comms use), the seconds of a tiny kernel launched and
+    waited for, and the device's memory and name.  Every timing synchronises the
+    device (cupy's kernels return before they finish)."""
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return None
+        dev = cupy.cuda.Device()
+        free, total = dev.mem_info
+    except Exception:  # no cupy, no driver, no device
+        return None
+    sync = cupy.cuda.get_current_stream().synchronize
+
+    def timed(fn):
+        def run():
+            fn()
+            sync()
+        return run
+
+    out = {"memory": float(total), "name": cupy.cuda.runtime.getDeviceProperties(dev.id)["name"].decode()}
+    rng = cupy.random.default_rng(0)
+    for dtype in ("float32", "float64"):
+        for n in sizes:
+            if 2 * n * n * 8 * 3 > free / 4:
+                continue
+            a = rng.random((n, n), dtype=dtype)
+            b = rng.random((n, n), dtype=dtype)
+            out[f"{dtype}@{n}"] = _throughput(timed(lambda a=a, b=b: a @ b), 2.0 * n ** 3, seconds)
+            del a, b
+    x = cupy.ones(elems)
+    y = cupy.ones(elems)
+    out["elementwise"] = _throughput(timed(lambda: cupy.add(x, y)), float(elems), seconds)
+    tiny = cupy.ones(16)
+    out["launch"] = 1.0 / _throughput(timed(lambda: cupy.add(tiny, tiny)), 1.0, seconds / 2)
+    d = cupy.ones(nbytes // 8)
+    h = d.get()
+    out["to_host"] = _throughput(d.get, float(nbytes), seconds)
+    out["from_host"] = _throughput(timed(lambda: cupy.asarray(h)), float(nbytes), seconds)
+    del x, y, d
+    cupy.get_default_memory_pool().free_all_blocks()
+    return out
+
+
+def _gpu_spec(per_worker: dict) -> GpuSpec | None:
+    """The cluster's :class:`GpuSpec` from :func:`_gpu_rates` of every worker (the
+    median, the smallest memory), or None unless every worker has a GPU."""
+    got = list(per_worker.values())
+    if not got or any(r is None for r in got):
+        return None
+
+    def med(k):
+        return statistics.median(r[k] for r in got)
+
+    blas, half = {}, 0.0
+    for dtype in ("float32", "float64"):
+        measured = sorted(int(k.split("@")[1]) for k in got[0] if k.startswith(dtype + "@"))
+        if not measured:
+            continue
+        if len(measured) > 1:
+            peak, h = _blas_fit(med(f"{dtype}@{measured[0]}"), med(f"{dtype}@{measured[-1]}"),
+                                small=measured[0], large=measured[-1])
+            half = max(half, h) if dtype == "float32" else half
+        else:
+            peak = med(f"{dtype}@{measured[0]}")
+        blas[dtype] = peak
+    if not blas:
+        return None
+    return GpuSpec(memory=min(r["memory"] for r in got), blas=blas, elementwise=med("elementwise"),
+                   to_host=med("to_host"), from_host=med("from_host"), blas_half_size=half,
+                   launch=med("launch"), name=got[0]["name"])
 
 
 def _blas_fit(r_small: float, r_large: float, small: int = 64, large: int = 512) -> tuple[float, float]:
@@ -293,6 +376,7 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
     bandwidth = remote or local or 4.5e8
     threads = min(int(info[w].get("nthreads") or 1) for w in workers)
     cores = min(client.run(_cores, workers=workers).values())
+    gpu = _gpu_spec(client.run(_gpu_rates, workers=workers))
     host_ids = {h: i for i, h in enumerate(dict.fromkeys(hosts))}
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     spec = ClusterSpec(
@@ -301,7 +385,7 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
         task_overhead=float(task_overhead), submit_overhead=float(submit_overhead), blas_half_size=float(half),
         blas_float32=float(med["blas_float32"]),
         fresh_bandwidth=float(med["fresh"]),
-        threads=threads, cores=int(cores), source="",
+        threads=threads, cores=int(cores), gpu=gpu, source="",
     )
     blas = _in_situ_blas(client, workers, spec, chunk=1024 if memory >= 2**30 else 512)
     took = time.perf_counter() - started

@@ -7,7 +7,10 @@ optimizer's side conditions need: associative, commutative, an identity element,
 which binary kernels a unary kernel distributes over (R1-4, R1-7).
 
 Kernels call the chunk's own array module (:func:`array_module`): cupy chunks stay
-cupy, numpy chunks stay numpy.  This is the only module that knows about cupy.
+cupy, numpy chunks stay numpy; a kernel given both gets the numpy ones copied to the
+device first (:func:`on_device_of`: mixed inputs compute on the GPU).  This module
+and its small array helpers (:func:`to_host`, :func:`content_digest`) are the only
+code that knows about cupy.
 
 A kernel spec is a registered name (``"matmul"``), a :class:`Kernel`, or a plain
 callable.  User kernels are declared with :func:`kernel`:
@@ -34,7 +37,7 @@ from .types import ArrayType, Shape
 
 __all__ = [
     "Kernel", "KernelTypeError", "kernel", "register", "get_kernel", "as_kernel",
-    "registered_kernels", "array_module", "scale", "compose", "premap",
+    "registered_kernels", "array_module", "is_device", "device_module", "to_host", "content_digest", "scale", "compose", "premap",
 ]
 
 
@@ -42,14 +45,89 @@ class KernelTypeError(ValueError):
     """A kernel cannot take chunks of these shapes or dtypes."""
 
 
+def is_device(x) -> bool:
+    """Whether ``x`` is a GPU (cupy) array."""
+    return type(x).__module__.split(".")[0] == "cupy"
+
+
 def array_module(*arrays):
     """numpy, or cupy when any argument is a cupy array (imported only then)."""
     for a in arrays:
-        if type(a).__module__.split(".")[0] == "cupy":
+        if is_device(a):
             import cupy
 
             return cupy
     return np
+
+
+def device_module():
+    """cupy, or an ImportError saying how to get it (GPU code paths only)."""
+    try:
+        import cupy
+    except ImportError as e:
+        raise ImportError(f"this needs cupy (GPU arrays): pip install 'tra-dask[gpu]' ({e})") from None
+    return cupy
+
+
+def to_host(x) -> np.ndarray:
+    """``x`` as a numpy array: a cupy array is copied to the host (``x.get()``), the
+    only way a device array becomes a numpy one here (cupy refuses ``np.asarray``)."""
+    return x.get() if is_device(x) else np.asarray(x)
+
+
+def on_device_of(chunks: tuple) -> tuple:
+    """The mixing rule: when some of ``chunks`` are cupy arrays and others are not,
+    the others are copied to the device (``cupy.asarray``), so a kernel meets one
+    array module; all-numpy or all-cupy chunks pass unchanged."""
+    if len(chunks) < 2:
+        return chunks
+    kinds = [is_device(c) for c in chunks]
+    if all(kinds) or not any(kinds):
+        return chunks
+    import cupy
+
+    return tuple(c if d or not hasattr(c, "shape") else cupy.asarray(c) for c, d in zip(chunks, kinds))
+
+
+def data_address(x) -> int:
+    """The address of ``x``'s first element (device memory for a cupy array)."""
+    return int(x.data.ptr) if is_device(x) else int(x.__array_interface__["data"][0])
+
+
+_GOLDEN, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_DIGEST_BLOCK = 1 << 22  # 8-byte words hashed at a time (bounds the temporaries: 32 MiB each)
+
+
+def content_digest(x) -> str:
+    """A 128-bit name of ``x``'s bytes, shape and dtype, computed in ``x``'s own array
+    module: for a cupy array on the device, so naming it copies no data to the host
+    (16 bytes come back).  Each 8-byte word is mixed with its position (splitmix64's
+    finaliser, two seeds) and the mixed words are summed modulo 2**64: equal content
+    gives an equal name in numpy and cupy alike; changing any byte changes each half
+    by a pseudo-random amount (a collision of an accidental change has probability
+    about 2**-64 per half; not a cryptographic hash, like dask's tokens).
+
+    >>> a = np.arange(12.0).reshape(3, 4)
+    >>> content_digest(a) == content_digest(a.copy()), content_digest(a) == content_digest(a.T)
+    (True, False)
+    """
+    xp = array_module(x)
+    raw = xp.ascontiguousarray(x).reshape(-1).view(xp.uint8)
+    pad = (-raw.size) % 8
+    if pad:
+        raw = xp.concatenate([raw, xp.zeros(pad, dtype=xp.uint8)])
+    words = raw.view(xp.uint64)
+    halves = []
+    for seed in (0, _GOLDEN):
+        total = 0
+        for lo in range(0, words.size, _DIGEST_BLOCK):
+            w = words[lo:lo + _DIGEST_BLOCK]
+            z = w ^ ((xp.arange(lo, lo + w.size, dtype=xp.uint64) + xp.uint64(seed + 1)) * xp.uint64(_GOLDEN))
+            z = (z ^ (z >> xp.uint64(30))) * xp.uint64(_MIX1)
+            z = (z ^ (z >> xp.uint64(27))) * xp.uint64(_MIX2)
+            total = (total + int((z ^ (z >> xp.uint64(31))).sum(dtype=xp.uint64))) % 2**64
+        halves.append(total)
+    return f"{halves[0]:016x}{halves[1]:016x}-{x.dtype.str}-{'x'.join(map(str, x.shape))}"
 
 
 # ---------------------------------------------------------------------------
@@ -180,7 +258,7 @@ class Kernel:
         return hash(self.token)
 
     def __call__(self, *chunks):
-        return self.fn(*chunks, *self.params)
+        return self.fn(*on_device_of(chunks), *self.params)
 
     def out_type(self, *inputs: ArrayType) -> ArrayType:
         """Output chunk type for input chunk types; :class:`KernelTypeError` if they

@@ -310,4 +310,11 @@ class Builder:
 
 def _local_dask_source(x, chunks, name):
     """No cluster: compute the dask array here and cut it like a numpy array."""
-    return L.from_numpy(np.asarray(x.compute(scheduler="threads")), chunks if x.ndim else (), name=name)
+    return L.from_numpy(computed_here(x), chunks if x.ndim else (), name=name)
+
+
+def computed_here(arr):
+    """A dask array computed in this process: numpy, or cupy for cupy chunks
+    (``numpy.asarray`` would refuse a cupy result)."""
+    out = arr.compute(scheduler="threads")
+    return out if hasattr(out, "shape") and hasattr(out, "dtype") else np.asarray(out)

@@ -17,9 +17,10 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import logical as L
+from ..kernels import is_device, to_host
 from ..optimizer.optimize import NoPlanFits
 from ..optimizer.plan import Stage
-from .build import Builder
+from .build import Builder, computed_here as _computed_here
 from .chunking import AxisClasses, choose
 from .einsum import contraction_paths
 from .nodes import Einsum, Leaf
@@ -106,7 +107,7 @@ def _structure(roots, sites: int, spec) -> tuple:
     for n in _topo(roots):
         if isinstance(n, Leaf):
             extra = (n.data.chunks if n.kind == "dask" else type_token(n.data.type) if n.kind == "relation"
-                     else None)
+                     else None, is_device(getattr(n.data, "_meta", n.data)))  # device data: another choice
             slot = leaves.setdefault(id(n.data), len(leaves))
             parts.append(("leaf", slot, n.kind, n.shape, str(n.dtype), n.chunks, extra))
         else:
@@ -218,7 +219,7 @@ def build_local(x, sites: int = 1, memory_limit=None):
 
     def local_dask(arr, chunks, name):
         if id(arr) not in cache:
-            cache[id(arr)] = (arr, np.asarray(arr.compute(scheduler="threads")))
+            cache[id(arr)] = (arr, _computed_here(arr))
         return L.from_numpy(cache[id(arr)][1], chunks if arr.ndim else (), name=name)
 
     def plan_rel(rel, quick):
@@ -273,7 +274,8 @@ def submit(x, client=None, sites=None, **kw):
 
 
 def compute(x, client=None, sites=None, progress: bool = False, **kw):
-    """Run ``x`` on the cluster; a numpy array (a tuple of them for a tuple).
+    """Run ``x`` on the cluster; the assembled array (a tuple of them for a tuple) in
+    its chunks' array module, as dask returns it: numpy, or cupy for cupy chunks.
     ``progress``: draw a progress bar while it runs (as :func:`tra_dask.compute` of a
     relation does by default)."""
     from ..runtime.submit import _Progress
@@ -282,7 +284,7 @@ def compute(x, client=None, sites=None, progress: bool = False, **kw):
     items = list(out) if isinstance(out, tuple) else [out]
     bar = _Progress(items) if progress else None
     try:
-        got = [o.to_numpy() for o in items]
+        got = [o.assembled() for o in items]
     finally:
         if bar is not None:
             bar.close()
@@ -292,16 +294,18 @@ def compute(x, client=None, sites=None, progress: bool = False, **kw):
 def compute_local_or_cluster(x):
     """``numpy.asarray(x)``: on the current Dask client if there is one, else here."""
     if _current_client() is not None:
-        return compute(x)
+        return to_host(compute(x))
     return evaluate_local(x)
 
 
-def evaluate_local(x, sites: int = 1):
+def evaluate_local(x, sites: int = 1, host: bool = True):
     """Evaluate ``x`` (an array or a tuple of arrays) in this process with the
-    reference evaluator."""
+    reference evaluator: numpy arrays (``host``), else each array in its chunks'
+    own module (cupy chunks give a cupy array, with no copy to the host)."""
     rel, _ = build_local(x, sites)
+    done = to_host if host else (lambda a: a)
     if isinstance(rel, tuple):
         chunks = L.evaluate(rel)
-        return tuple(np.asarray(L.to_numpy(r, c)) for r, c in zip(rel, chunks))
-    return np.asarray(L.to_numpy(rel))
+        return tuple(done(L.to_numpy(r, c)) for r, c in zip(rel, chunks))
+    return done(L.to_numpy(rel))
 

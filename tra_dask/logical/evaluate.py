@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..kernels import array_module, on_device_of
 from .nodes import Aggregate, Concat, Filter, Join, Rekey, Relation, Tile, Transform, _fmt_keys, toposort
 from .sources import Source
 
@@ -193,15 +194,9 @@ def _eval_concat(node: Concat, inp: Chunks) -> Chunks:
         groups[key[:kd] + key[kd + 1 :]].append(inp[key])
     out = {}
     for g, chunks in groups.items():
-        xp = _xp(chunks[0])
-        out[g] = xp.concatenate(chunks, axis=node.array_dim)
+        chunks = on_device_of(tuple(chunks))
+        out[g] = array_module(*chunks).concatenate(chunks, axis=node.array_dim)
     return out
-
-
-def _xp(a):
-    from ..kernels import array_module
-
-    return array_module(a)
 
 
 _EVAL: dict[type, Callable[..., Chunks]] = {
@@ -274,10 +269,10 @@ def to_numpy(rel: Relation, chunks: Chunks | None = None):
 def assemble(chunks: Chunks, extents: tuple, dtype):
     """One array from ``{key: chunk}`` on the grid ``extents`` (:func:`grid_extents`)."""
     offsets = [np.r_[0, np.cumsum(e)] for e in extents]
-    xp = _xp(next(iter(chunks.values())))
+    xp = array_module(*chunks.values())  # cupy if any chunk is on the device (on_device_of's rule)
     out = xp.empty(tuple(int(sum(e)) for e in extents), dtype=dtype)
     for key, a in chunks.items():
-        out[tuple(slice(int(offsets[d][v]), int(offsets[d][v + 1])) for d, v in enumerate(key))] = a
+        out[tuple(slice(int(offsets[d][v]), int(offsets[d][v + 1])) for d, v in enumerate(key))] = xp.asarray(a)
     return out
 
 
@@ -300,3 +295,10 @@ def substitute(expr, mapping: dict):
         else:
             new[node] = node
     return rebuild([new[o] for o in outputs])
+
+
+def on_device(expr) -> bool:
+    """Whether any source of ``expr`` (a relation, or a tuple/dict of them) holds GPU
+    (cupy) chunks: its plan then computes on the device (:class:`ClusterSpec`'s
+    ``gpu``)."""
+    return any(getattr(n, "device", False) for n in toposort(flatten_outputs(expr)[0]) if isinstance(n, Source))

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..kernels import is_device
 from ..types import Key, RelationType, Shape, grid_type, normalize_chunks, normalize_key
 from .nodes import Relation, _fmt_keys
 
@@ -32,6 +33,12 @@ class Source(Relation):
     @abstractmethod
     def load(self, key: Key) -> Any:
         """The chunk under ``key`` (makes or reads data)."""
+
+    @property
+    def device(self) -> bool:
+        """Whether its chunks are GPU (cupy) arrays (a plan over them computes on the
+        device; a ``from_function`` source is taken to make host chunks)."""
+        return False
 
     def __repr__(self) -> str:
         return self.name
@@ -97,6 +104,10 @@ class FromNumpy(Source):
     def load(self, key: Key):
         return self.array[_slices(key, self.chunks, self.array.shape)]
 
+    @property
+    def device(self) -> bool:
+        return is_device(self.array)
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class FromFunction(Source):
@@ -137,6 +148,10 @@ class FromChunks(Source):
 
     def _params(self):
         return tuple((k, id(a)) for k, a in self.items)
+
+    @property
+    def device(self) -> bool:
+        return any(is_device(a) for _, a in self.items)
 
     def _infer_type(self) -> RelationType:
         where = f"from_chunks {self.name}"
@@ -195,6 +210,11 @@ class ClusterSource(Source):
     name: str
     fetch: Callable[[Any], Any]
     keeper: Any = None
+    on_device: bool = False  # its chunks are cupy arrays (a dask array's meta, a device plan's result)
+
+    @property
+    def device(self) -> bool:
+        return self.on_device
 
     def _params(self):
         return (self.dask_keys,)

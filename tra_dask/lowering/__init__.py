@@ -41,6 +41,7 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.task_spec import List, Task, TaskRef
 
+from ..kernels import content_digest, data_address, is_device
 from ..physical import (Broadcast, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PSource, Shuffle, result_copies)
 from ..physical.work import NodeWork, PlanWork, plan_work
 from . import tasks
@@ -156,12 +157,12 @@ def _visit_source(node: PSource, w: NodeWork, task_keys: list, out: Lowered):
         else:  # "scatter": data in this process goes straight to its site
             chunk = src.load(tk)
             worker = out.workers[site]
-            if isinstance(chunk, np.ndarray):
+            if _is_array(chunk):
                 # a view: copied (if not contiguous) only when sent, one worker's chunks at a time;
                 # named by its content, position and worker, so a later submission of the same
                 # data finds it there (runtime's scatter cache) and it is not sent again
                 owner = getattr(src, "array", chunk)
-                if isinstance(owner, np.ndarray) and owner is not chunk:
+                if _is_array(owner) and owner is not chunk:
                     names = _ChunkNames(owner) if names is None else names
                     token = names(chunk)
                 else:
@@ -178,9 +179,17 @@ _TAGS: dict = {}  # id(array) -> a tag unique to that array object while it live
 _CHUNK_TOKENS: dict = {}  # id(array) -> (the array's token, {chunk's place in it: chunk's token})
 
 
-def _content_token(x: np.ndarray) -> str:
+def _is_array(x) -> bool:
+    return isinstance(x, np.ndarray) or is_device(x)
+
+
+def _content_token(x) -> str:
     """A name for an array's content, shape and dtype (dask's token of a memory map
-    covers its bytes only)."""
+    covers its bytes only).  A cupy array is named on its device
+    (:func:`tra_dask.kernels.content_digest`): dask would pickle it, a copy to the
+    host of all its bytes."""
+    if is_device(x):
+        return "device-" + content_digest(x)
     return tokenize(x, x.shape, x.dtype.str)
 
 
@@ -195,7 +204,7 @@ class _ChunkNames:
     non-contiguous array (hashing it whole would copy all of it at once) has its chunks
     hashed every time."""
 
-    def __init__(self, owner: np.ndarray):
+    def __init__(self, owner):
         self.owner, self.memo, self.content, self.found = owner, None, None, False
         if not (owner.flags.c_contiguous or owner.flags.f_contiguous):
             return
@@ -211,10 +220,10 @@ class _ChunkNames:
             seen = _CHUNK_TOKENS[ident] = (content, {})
         self.memo, self.content = seen[1], content
 
-    def __call__(self, chunk: np.ndarray) -> str:
+    def __call__(self, chunk) -> str:
         if self.memo is None:
             return _content_token(chunk)
-        place = (chunk.__array_interface__["data"][0], chunk.shape, chunk.strides, chunk.dtype.str)
+        place = (data_address(chunk), chunk.shape, chunk.strides, chunk.dtype.str)
         token = self.memo.get(place)
         if token is None:
             token = self.memo[place] = _content_token(chunk)

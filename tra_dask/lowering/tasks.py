@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 
+from ..kernels import array_module, on_device_of
 from ..logical.evaluate import check_chunk
 
 
@@ -31,14 +32,14 @@ def apply(fn, params, check, *chunks):
     dtype, node, kernel, key) so that a kernel that lies about its output fails
     here, naming itself, rather than assembling a wrong result."""
     with _noted(check[2], check[4]):
-        out = fn(*chunks, *params)
+        out = fn(*on_device_of(chunks), *params)
     return check_chunk(out, *check)
 
 
 def fold(fn, params, check, *chunks):
     """One group of a local aggregation, folded left in key order (checked as ``apply``)."""
     with _noted(check[2], check[4]):
-        out = functools.reduce(lambda a, b: fn(a, b, *params), chunks)
+        out = functools.reduce(lambda a, b: fn(*on_device_of((a, b)), *params), chunks)
     return check_chunk(out, *check)
 
 
@@ -56,7 +57,7 @@ def fold_deferred(fn, params, check, *items):
     for item in items:
         x = made(item)
         with _noted(check[2], check[4]):
-            acc = x if acc is None else fn(acc, x, *params)
+            acc = x if acc is None else fn(*on_device_of((acc, x)), *params)
         del x
     return check_chunk(acc, *check)
 
@@ -73,9 +74,8 @@ def made(item):
 
 
 def concat(axis, *chunks):
-    from ..kernels import array_module
-
-    return array_module(chunks[0]).concatenate(chunks, axis=axis)
+    chunks = on_device_of(chunks)
+    return array_module(*chunks).concatenate(chunks, axis=axis)
 
 
 def tile_slice(x, dim, start, stop):

@@ -24,7 +24,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["ClusterSpec", "DEFAULT_RATES"]
+__all__ = ["ClusterSpec", "GpuSpec", "DEFAULT_RATES"]
 
 # measured on the development VM (2 cores, OpenBLAS, one thread per worker, two
 # workers): ~30-40 GFLOP/s float64 matmul at 512, ~1 G elements/s for numpy add;
@@ -37,6 +37,70 @@ def _positive(where: str, name: str, v) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0) or math.isinf(v):
         raise ValueError(f"{where}: {name} must be a positive, finite number, got {v!r}")
     return float(v)
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """What the time model knows about the GPU each site computes on (one device per
+    worker, as ``dask cuda worker`` and ``LocalCUDACluster`` run them).
+
+    ``memory``: device bytes per site — the hard limit of a plan whose chunks live on
+    the device.  ``blas``: matmul flops/s by dtype name (``{"float32": ...,
+    "float64": ...}``; a dtype not named runs at the slowest named rate);
+    ``blas_half_size``: the product size n (of n×n×n) at half that rate (a GPU needs
+    far larger products than a CPU core to reach its peak).  ``elementwise``:
+    float64 elements/s of an elementwise kernel (memory bound: narrower dtypes move
+    that many more).  ``launch``: seconds a kernel task costs on the device beyond
+    the worker's task overhead (launches, synchronising).  ``to_host``,
+    ``from_host``: bytes/s between device and host memory — a transfer between two
+    GPU workers over TCP goes device → host → network → host → device.  ``name``:
+    the device's name."""
+
+    memory: float
+    blas: dict
+    elementwise: float
+    to_host: float
+    from_host: float
+    blas_half_size: float = 1024.0
+    launch: float = 2e-5
+    name: str = "GPU"
+
+    def __post_init__(self):
+        where = "GpuSpec"
+        for f in ("memory", "elementwise", "to_host", "from_host", "launch"):
+            object.__setattr__(self, f, _positive(where, f, getattr(self, f)))
+        if isinstance(self.blas_half_size, bool) or not isinstance(self.blas_half_size, (int, float)) or not (
+                0 <= self.blas_half_size < float("inf")):
+            raise ValueError(f"{where}: blas_half_size must be a finite number >= 0, got {self.blas_half_size!r}")
+        object.__setattr__(self, "blas_half_size", float(self.blas_half_size))
+        if not isinstance(self.blas, dict) or not self.blas:
+            raise TypeError(f"{where}: blas must be a non-empty dict {{dtype name: flops/s}}, got {self.blas!r}")
+        import numpy as np
+
+        rates = {}
+        for k, v in self.blas.items():
+            try:
+                name = np.dtype(k).name
+            except TypeError:
+                raise ValueError(f"{where}: blas names {k!r}, not a dtype; valid: 'float32', 'float64', ...") from None
+            rates[name] = _positive(where, f"blas[{k!r}]", v)
+        object.__setattr__(self, "blas", rates)
+
+    def __hash__(self):
+        return hash((self.memory, tuple(sorted(self.blas.items())), self.elementwise, self.to_host, self.from_host,
+                     self.blas_half_size, self.launch, self.name))
+
+    def blas_rate(self, dtype) -> float:
+        """Peak matmul flops/s for ``dtype`` (the slowest named rate for a dtype not named)."""
+        import numpy as np
+
+        return self.blas.get(np.dtype(dtype).name, min(self.blas.values()))
+
+    def __repr__(self):
+        rates = ", ".join(f"{k} {v / 1e12:.3g} TFLOP/s" for k, v in self.blas.items())
+        return (f"GpuSpec({self.name}: {self.memory / 2**30:.0f} GiB, matmul {rates} (half rate at "
+                f"n={self.blas_half_size:.0f}), elementwise {self.elementwise:.3g}/s, to/from host "
+                f"{self.to_host / 1e9:.3g}/{self.from_host / 1e9:.3g} GB/s, launch {self.launch * 1e6:.0f} us)")
 
 
 @dataclass(frozen=True)
@@ -61,7 +125,10 @@ class ClusterSpec:
     bandwidths are those a worker thread gets while one thread of every worker of its
     host is busy (what ``td.calibrate`` measures), and a worker runs faster while
     others idle: the time model sees it (:attr:`shared_hosts`,
-    :mod:`tra_dask.optimizer.time`).  ``source``: where the numbers
+    :mod:`tra_dask.optimizer.time`).  ``gpu``: a :class:`GpuSpec` when every site
+    computes on a GPU and the plan's chunks live there (the runtime sets it for plans
+    over cupy data on GPU workers, and leaves it None for host data); its memory is
+    then the limit per site (:attr:`memory_budget`).  ``source``: where the numbers
     come from."""
 
     sites: int
@@ -77,6 +144,7 @@ class ClusterSpec:
     fresh_bandwidth: float = 4e9
     threads: int = 1
     cores: int | None = None
+    gpu: GpuSpec | None = None
     source: str = "defaults (a laptop-class machine)"
 
     def __post_init__(self):
@@ -110,13 +178,28 @@ class ClusterSpec:
         if len(hosts) != self.sites:
             raise ValueError(f"{where}: hosts names {len(hosts)} sites' hosts; the cluster has {self.sites} sites")
         object.__setattr__(self, "hosts", hosts)
+        if isinstance(self.gpu, dict):  # (a saved spec)
+            object.__setattr__(self, "gpu", GpuSpec(**self.gpu))
+        if self.gpu is not None and not isinstance(self.gpu, GpuSpec):
+            raise TypeError(f"{where}: gpu must be a td.GpuSpec or None, got {type(self.gpu).__name__}")
+
+    @property
+    def memory_budget(self) -> float:
+        """Bytes a plan may hold per site: the device's memory when the plan computes
+        on GPUs (the smaller of it and the host's), else ``memory_per_site``."""
+        return self.memory_per_site if self.gpu is None else min(self.memory_per_site, self.gpu.memory)
+
+    def on_host(self) -> "ClusterSpec":
+        """This cluster for a plan whose chunks live in host memory (no GPU terms)."""
+        return self if self.gpu is None else dataclasses.replace(self, gpu=None)
 
     def __hash__(self):
         h = self.__dict__.get("_hash")
         if h is None:  # a spec keys the time model's memo of every node it costs: hashed once
             h = hash((self.sites, self.memory_per_site, self.bandwidth, self.bandwidth_local, self.hosts,
                       tuple(sorted(self.rates.items())), self.task_overhead, self.submit_overhead,
-                      self.blas_half_size, self.blas_float32, self.fresh_bandwidth, self.threads, self.cores))
+                      self.blas_half_size, self.blas_float32, self.fresh_bandwidth, self.threads, self.cores,
+                      self.gpu))
             object.__setattr__(self, "_hash", h)
         return h
 
@@ -214,5 +297,6 @@ class ClusterSpec:
                 f"float32 x{self.blas_float32:.2g}), "
                 f"new arrays written at {self.fresh_bandwidth / 1e9:.2g} GB/s, "
                 f"{self.task_overhead * 1e3:.2f} ms/task + {self.submit_overhead * 1e3:.0f} ms/submission"
-                f"{'' if self.cores is None else f', {self.cores} cores per host'}; "
+                f"{'' if self.cores is None else f', {self.cores} cores per host'}"
+                f"{'' if self.gpu is None else f', on {self.gpu!r}'}; "
                 f"{self.source})")

@@ -85,7 +85,7 @@ class FastestTime:
     ``cluster``: a :class:`~tra_dask.optimizer.cluster.ClusterSpec` (from
     :func:`tra_dask.calibrate`, or by hand); None uses the defaults for the plan's
     number of sites.  ``memory_limit`` (bytes per site) defaults to the cluster's
-    ``memory_per_site`` when a cluster is given, else no limit."""
+    ``memory_budget`` (its device's memory on GPUs) when a cluster is given, else no limit."""
 
     name = "time"
 
@@ -96,7 +96,7 @@ class FastestTime:
             raise TypeError(f"cluster must be a td.ClusterSpec (see td.calibrate), got {type(cluster).__name__}")
         self.cluster = cluster
         if memory_limit is None and cluster is not None:
-            memory_limit = cluster.memory_per_site
+            memory_limit = cluster.memory_budget
         self.memory_limit = parse_memory_limit(memory_limit)
         self._specs: dict = {}
 

@@ -111,6 +111,13 @@ class Plan:
         raise ValueError(f"this plan has no stage {name!r}; its stages: {valid}")
 
     @property
+    def on_device(self) -> bool:
+        """Whether its sources hold GPU (cupy) chunks: the plan computes on the device."""
+        from ..physical.nodes import PSource
+
+        return any(isinstance(n, PSource) and n.source.device for n in self.nodes)
+
+    @property
     def nodes(self) -> list:
         """Every node, children first, each once."""
         return toposort(self.outputs)

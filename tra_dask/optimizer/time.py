@@ -65,6 +65,13 @@ the worker reuses memory it freed, as slow as a transfer where every new array
 faults its pages in on a virtual machine whose host hands out memory lazily).
 Loading a ``from_function`` chunk and scattering a ``from_numpy`` chunk count as
 tasks only (the data is made or sent before a benchmark's clock starts).
+
+On GPUs (``spec.gpu``: the plan's chunks are device arrays) the same terms take the
+device's numbers: flops at the GPU's matmul rate for the dtype (lower on small
+products) or its elementwise rate, new arrays at its memory bandwidth, a launch per
+kernel task, and a move costs, besides the link, device → host at the sender and
+host → device at the receiver (TCP between GPU workers stages through host memory).
+One thread per worker drives a GPU, so ``threads`` does not multiply the rate.
 """
 
 from __future__ import annotations
@@ -80,7 +87,7 @@ from ..physical.work import Fusion
 from .cluster import ClusterSpec
 from .cost import Cost, chunk_bytes
 
-__all__ = ["kernel_class", "kernel_rate", "plan_seconds", "with_seconds", "node_seconds_per_site", "task_seconds",
+__all__ = ["kernel_class", "kernel_rate", "write_bandwidth", "plan_seconds", "with_seconds", "node_seconds_per_site", "task_seconds",
            "fusion_for", "CHEAP_TASKS", "LATE_GRANULES"]
 
 # A task that runs at most this many per-task overheads is cheap: the fusion pass
@@ -129,20 +136,37 @@ def node_seconds_per_site(nc, spec: ClusterSpec) -> np.ndarray:
     node = nc.node
     s = node.nsites
     out = np.zeros(s)
+    gpu = spec.gpu
     if nc.flops_per_site is not None and nc.flops_per_site.any():
-        out += nc.flops_per_site / (kernel_rate(node, spec) * spec.threads)
-    if _kernel_of(node) is not None and nc.made_per_site is not None:
-        out += nc.made_per_site / spec.fresh_bandwidth  # a kernel's results: new arrays
+        out += nc.flops_per_site / (kernel_rate(node, spec) * (1 if gpu else spec.threads))
+    if _kernel_of(node) is not None:
+        if nc.made_per_site is not None:
+            out += nc.made_per_site / write_bandwidth(spec)  # a kernel's results: new arrays
+        if gpu is not None and nc.tasks_per_site is not None:
+            out += nc.tasks_per_site * gpu.launch  # each kernel task launches and waits on the device
     if isinstance(node, (Broadcast, Shuffle)) and nc.recv_per_site is not None:
-        link = (nc.recv_per_site + nc.send_per_site) * node.type.dtype.itemsize  # both ends work
+        item = node.type.dtype.itemsize
+        link = (nc.recv_per_site + nc.send_per_site) * item  # both ends work
         out += link / spec.link_bandwidth
+        if gpu is not None:  # device -> host at the sender, host -> device at the receiver
+            out += nc.send_per_site * item / gpu.to_host + nc.recv_per_site * item / gpu.from_host
     return out
+
+
+def write_bandwidth(spec: ClusterSpec) -> float:
+    """Bytes/s at which a kernel's results are written as new arrays: the spec's
+    ``fresh_bandwidth`` on the host; on a GPU, its memory bandwidth (cupy's pool reuses
+    freed device memory), which its elementwise rate measures (an add reads two
+    float64s and writes one per element)."""
+    return spec.fresh_bandwidth if spec.gpu is None else spec.gpu.elementwise * 24
 
 
 def kernel_rate(node, spec: ClusterSpec) -> float:
     """Flops (elements) per second per thread of the node's kernel on its chunks."""
     kernel = _kernel_of(node)
     cls = kernel_class(kernel)
+    if spec.gpu is not None:
+        return _gpu_rate(node, kernel, cls, spec.gpu)
     # rates are for float64: a float32 matmul runs at the spec's multiple of it
     # (td.calibrate measures it: 2.3-2.5x on the development VM), other matmuls at the
     # float64 rate (numpy has no BLAS for integers or float16: not faster, and not
@@ -163,11 +187,29 @@ def kernel_rate(node, spec: ClusterSpec) -> float:
     return peak / (1 + spec.blas_half_size / n)
 
 
+def _gpu_rate(node, kernel, cls: str, gpu) -> float:
+    """A kernel's flops (elements) per second on the site's GPU: matmul at the device's
+    rate for the dtype, lower on small products (``gpu.blas_half_size``), elementwise
+    kernels at its float64 rate times 8 / itemsize."""
+    dtype = node.type.dtype
+    if cls != "blas":
+        return gpu.elementwise * (8 / max(min(dtype.itemsize, 8), 2))
+    peak = gpu.blas_rate(dtype)
+    try:
+        per_call = float(kernel.flops(*[c.type.shapes[0] for c in node.children]))
+    except Exception:  # an opaque shape rule: the peak
+        return peak
+    n = max(per_call / 2, 1.0) ** (1 / 3)
+    return peak / (1 + gpu.blas_half_size / n)
+
+
 def task_seconds(w, spec: ClusterSpec) -> np.ndarray:
     """Seconds each task of a node's work (:class:`~tra_dask.physical.work.NodeWork`)
     runs on one worker thread: its kernel's flops at the kernel's rate, and the
     array it makes at the new-memory bandwidth — a node's terms, per task."""
-    out = chunk_bytes(w.node, w.task_tuple) / spec.fresh_bandwidth
+    out = chunk_bytes(w.node, w.task_tuple) / write_bandwidth(spec)
+    if spec.gpu is not None:
+        out = out + spec.gpu.launch
     flops = w.task_flops
     if flops.any():
         out = out + flops / kernel_rate(w.node, spec)

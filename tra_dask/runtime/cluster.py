@@ -96,7 +96,7 @@ _LOCK = threading.Lock()
 SCALE_TIMEOUT = 60.0  # seconds for the workers the embedded cluster adds to join
 
 
-def embedded_client(n_workers: int | None = None, *, security=None) -> Client:
+def embedded_client(n_workers: int | None = None, *, security=None, gpu: bool = False) -> Client:
     """A client of this process's embedded LocalCluster (127.0.0.1 only), which has
     at least ``n_workers`` workers (default: as many as it has, or one per core when
     it starts here).
@@ -116,32 +116,68 @@ def embedded_client(n_workers: int | None = None, *, security=None) -> Client:
 
     Its client becomes the default client when no other is open (as ``Client()``
     does), so Dask's own calls (``dask.compute``, ``x.compute()`` of a result's dask
-    array) run on it; a client the user opens later takes precedence."""
+    array) run on it; a client the user opens later takes precedence.
+
+    ``gpu=True``: workers for GPUs (the ``gpu`` extra), one per visible GPU by
+    default — ``dask_cuda.LocalCUDACluster`` when dask-cuda is installed and there
+    are at least as many GPUs as workers (each worker pinned to its own device), else
+    a LocalCluster whose workers share the first visible GPU.  Like ``security``, it
+    is chosen when the cluster starts.  cupy data then computes on the devices and
+    ``td.calibrate`` measures them."""
     if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1):
         raise ValueError(f"n_workers must be a positive int, got {n_workers!r}")
+    if not isinstance(gpu, bool):
+        raise TypeError(f"gpu must be True or False, got {gpu!r}")
+    gpus = visible_gpus() if gpu else 0
+    if gpu and gpus == 0:
+        raise RuntimeError("embedded_client(gpu=True): no GPU is visible to this process (cupy sees none, or "
+                           "cupy is not installed: pip install 'tra-dask[gpu]')")
     if security is not None and security is not True and security is not False and not isinstance(security, Security):
         raise TypeError(f"security must be True, False, None or a distributed.Security, got {type(security).__name__}")
     with _LOCK:
         c = _EMBEDDED.get("client")
         if c is not None and c.status == "running":
             _check_security(security)
+            if gpu and not _EMBEDDED.get("gpu"):
+                raise ValueError("the embedded cluster is already running without GPU workers; ask for "
+                                 "embedded_client(gpu=True) before anything runs on it")
             if n_workers is not None and len(workers_info(c)) < n_workers:
                 _scale_embedded(n_workers)
             return c
         _check_main_guard()
         _close_embedded()  # a client that was closed: nobody can be using its cluster
         sec = Security.temporary() if security is True else (security or None)
-        n = n_workers or os.cpu_count() or 2
+        n = n_workers or gpus or os.cpu_count() or 2
         config = worker_config(MEMORY_LIMIT / n)  # LocalCluster's "auto" memory limit per worker
+        kind = _cuda_cluster_class() if gpu and n <= gpus else None
         with spawn_config(config):
-            cluster = LocalCluster(
+            cluster = (kind or LocalCluster)(
                 n_workers=n, threads_per_worker=1, processes=True,
                 host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
                 **({"security": sec, "protocol": "tls://"} if sec is not None else {}),
             )
             client = Client(cluster, set_as_default=current_client() is None)
-        _EMBEDDED.update(cluster=cluster, client=client, security=sec, config=config)
+        _EMBEDDED.update(cluster=cluster, client=client, security=sec, config=config, gpu=gpu)
         return client
+
+
+def visible_gpus() -> int:
+    """How many GPUs this process sees (0 without cupy or a CUDA driver)."""
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:  # no cupy, no driver, no device
+        return 0
+
+
+def _cuda_cluster_class():
+    """``dask_cuda.LocalCUDACluster`` (one worker per GPU), or None without dask-cuda."""
+    try:
+        from dask_cuda import LocalCUDACluster
+    except Exception:  # not installed, or built for another dask
+        return None
+    return LocalCUDACluster
 
 
 def _check_security(security) -> None:

@@ -7,9 +7,11 @@ import uuid
 from collections.abc import Mapping
 
 import dask
+import numpy as np
 from distributed import Client
 
 from ..dashboard import TraScheduler, _set_measured, page_link
+from ..kernels import device_module, to_host
 from ..logical import ClusterSource, to_numpy
 from ..lowering import Lowered
 from ..optimizer import Plan
@@ -189,7 +191,9 @@ class RelationFutures(Mapping):
                 self._submission.recover(e)
 
     def to_numpy(self):
-        return to_numpy(self.node, self.gather())
+        """The chunks gathered and assembled here as one numpy array (cupy chunks are
+        copied to the host; :meth:`ArrayFutures.assembled` keeps them cupy)."""
+        return to_host(to_numpy(self.node, self.gather()))
 
     # -- composition -------------------------------------------------------
     def __tra_relation__(self) -> ClusterSource:
@@ -198,7 +202,7 @@ class RelationFutures(Mapping):
         futs = self._futures
         return ClusterSource(
             tuple((k, f.key) for k, f in futs.items()), self.node.type, f"futures-{self.token}",
-            _FetchFromCluster(client), keeper=self,
+            _FetchFromCluster(client), keeper=self, on_device=self.plan.on_device,
         )
 
     def to_dask_array(self):
@@ -215,7 +219,13 @@ class RelationFutures(Mapping):
         name = f"tra-array-{self.token}-{uuid.uuid4().hex[:6]}"
         layer = {(name,) + k + pad: f for k, f in self._futures.items()}
         graph = HighLevelGraph.from_collections(name, layer, dependencies=())
-        return da.Array(graph, name, chunks, dtype=self.type.dtype)
+        return da.Array(graph, name, chunks, dtype=self.type.dtype, meta=self._meta(len(chunks)))
+
+    def _meta(self, ndim: int):
+        """An empty array of the chunks' own module (dask's ``meta``): cupy when the
+        plan's data was on the device, else numpy."""
+        xp = device_module() if self.plan.on_device else np
+        return xp.empty((0,) * ndim, dtype=self.type.dtype)
 
     # -- the Dask collection protocol -------------------------------------
     def _layer(self) -> str:
@@ -377,6 +387,12 @@ class ArrayFutures(RelationFutures):
     def __array__(self, dtype=None, copy=None):
         out = self.to_numpy()
         return out if dtype is None else out.astype(dtype)
+
+    def assembled(self):
+        """The result gathered here as one array in its chunks' own module (numpy, or
+        cupy for cupy chunks: no copy to the host), as ``dask.compute`` gives it."""
+        got = self.gather()
+        return _assembled(list(got.values()), tuple(got), self._extents, str(self.dtype))
 
 
 def _assembled(results, keys, extents, dtype):

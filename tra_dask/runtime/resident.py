@@ -9,6 +9,7 @@ import weakref
 import numpy as np
 from distributed import Client
 
+from ..kernels import is_device
 from ..logical import ClusterSource, flatten_outputs
 from ..logical.nodes import toposort
 from ..optimizer import Plan
@@ -42,7 +43,7 @@ def refresh_sources(expr, client: Client):
             current = {f.key for f in keeper.values()}
             if not all(dk in current for _, dk in node.dask_keys):  # recovered: same chunks, new keys
                 mapping[node] = ClusterSource(tuple((k, keeper[k].key) for k, _ in node.dask_keys), node.type,
-                                              node.name, node.fetch, keeper=keeper)
+                                              node.name, node.fetch, keeper=keeper, on_device=node.on_device)
     return substitute(expr, mapping) if mapping else expr
 
 
@@ -138,7 +139,8 @@ def from_dask_array(x, name: str | None = None, client: Client | None = None) ->
     t = RelationType(np.array(list(keys), dtype=np.int64).reshape(len(keys), x.ndim), ids.reshape(-1),
                      [tuple(r) for r in table.tolist()], x.dtype)
     return ClusterSource(tuple(sorted(keys.items())), t, name or f"dask-array[{x.name[:24]}]",
-                         _FetchFromCluster(client), keeper=(x, list(futs.values())))
+                         _FetchFromCluster(client), keeper=(x, list(futs.values())),
+                         on_device=is_device(getattr(x, "_meta", None)))
 
 
 # ---------------------------------------------------------------------------

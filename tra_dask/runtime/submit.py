@@ -12,7 +12,7 @@ import dask
 from distributed import Client, Future
 
 from ..dashboard import _add_plan
-from ..logical import ClusterSource, Relation
+from ..logical import ClusterSource, Relation, on_device
 from ..logical.nodes import toposort
 from ..lowering import Lowered, lower
 from ..optimizer import NoPlanFits, Plan, compile
@@ -63,6 +63,10 @@ def _plan_for(expr, client, sites, *, optimize, memory_limit, cost_model, object
         from ..calibration import cluster_spec
 
         cluster = cluster_spec(client, calibrate_=calibrate, workers=workers).with_sites(len(workers))
+        cluster = cluster if on_device(expr) else cluster.on_host()  # GPU terms for device data only
+        if cluster.gpu is not None and room is not None and cluster.gpu.memory < room:
+            # chunks on the device: its memory is the hard limit (the same share of it as of the host's)
+            memory_limit = room = _device_budget(cluster.gpu)
     cache = _plan_cache(client) if dask.config.get("tra-dask.plan-cache", True) else None
     if cache is not None:
         sig, sources = signature(expr, lambda s: placements[s].token if placements and s in placements else None)
@@ -195,6 +199,15 @@ def memory_fraction() -> tuple[float, str]:
         if f not in (False, None) and 0 < float(f) <= 1:
             return float(f), name
     return 1.0, "limit"
+
+
+def _device_budget(gpu) -> "MemoryBudget":
+    """Bytes per site for a plan whose chunks live on the GPUs: :func:`memory_fraction`
+    of the device's memory (cupy's pool holds what a plan frees for its next arrays)."""
+    fraction, name = memory_fraction()
+    budget = MemoryBudget(fraction * gpu.memory)
+    budget.why = f"{fraction:.0%} ({name}) of the {gpu.name}'s {gpu.memory:,.0f} bytes of device memory"
+    return budget
 
 
 class MemoryBudget(float):
