@@ -377,7 +377,7 @@ def test_array_inputs_from_dask_are_checked_like_numpy_ones():
     made, for dask inputs as for numpy ones."""
     da = pytest.importorskip("dask.array")
     for x in (np.ones(0), da.ones(0, chunks=1), da.ones((2, 0), chunks=1)):
-        with pytest.raises(ValueError, match=r"has an empty axis; tra_dask arrays need every extent >= 1"):
+        with pytest.raises(ValueError, match=r"has an empty or negative dim \(extent 0 for dim \d\); every extent must be an int >= 1"):
             td.from_array(x)
     for x in (np.array([1 + 2j]), da.from_array(np.array([1 + 2j, 3j]), chunks=1)):
         with pytest.raises(TypeError, match="dtype complex128 is not supported"):
@@ -386,7 +386,7 @@ def test_array_inputs_from_dask_are_checked_like_numpy_ones():
     unknown = unknown[unknown > 0]
     with pytest.raises(ValueError, match=r"unknown chunk sizes .*compute_chunk_sizes"):
         td.from_array(unknown)
-    with pytest.raises(ValueError, match="has an empty axis"):
+    with pytest.raises(ValueError, match="has an empty or negative dim"):
         td.einsum("ij,jk->ik", da.ones((2, 0), chunks=1), da.ones((0, 3), chunks=1))
 
 
@@ -419,3 +419,71 @@ def test_describing_placements_of_a_shared_dag_visits_each_node_once():
         x = td.join(x, x, [0, 1], [0, 1], "add")
     plan = td.compile(x, sites=2)
     assert plan.outputs[0].placement is not None and "join" in plan.explain().lower()
+
+
+# -- extents: one check in every constructor (issue 39) -----------------------------
+
+def _zeros_region(region):
+    return np.zeros(tuple(s.stop - s.start for s in region))
+
+
+def _constructors():
+    from tra_dask.programs import UniformRegion, random_uniform, uniform_array
+
+    return {
+        "from_region": lambda s: td.from_region(_zeros_region, s, "float64"),
+        "uniform_array": lambda s: uniform_array(s),
+        "random_uniform": lambda s: random_uniform(s, 1),
+        "from_function": lambda s: td.from_function(lambda k: None, s, 1, "float64"),
+        "UniformRegion": lambda s: UniformRegion(s),
+        # block sizes are extents too
+        "einsum": lambda s: td.einsum("ij->ij", np.ones((2, 3)), chunks={"i": s[0], "j": s[1]}),
+    }
+
+
+_NOT_INT = r"extents must be ints >= 1 and < 2\*\*63"
+
+
+@pytest.mark.parametrize("bad, err, msg", [
+    (2.5, TypeError, r"extent 2\.5 \(float\) for dim 0; " + _NOT_INT),  # was int(2.5): a 2x3 array
+    ("3", TypeError, r"extent '3' \(str\) for dim 0; " + _NOT_INT),  # was accepted
+    (True, TypeError, r"extent True \(bool\) for dim 0; " + _NOT_INT),  # was a dim of 1
+    (float("inf"), TypeError, r"extent inf \(float\) for dim 0; " + _NOT_INT),  # was an OverflowError
+    (float("nan"), TypeError, r"extent nan \(float\) for dim 0; " + _NOT_INT),  # was int()'s ValueError, naming nothing
+    (2**64, ValueError, r"extent 18446744073709551616 for dim 0, which does not fit in int64; every extent must be "
+                        r"an int >= 1 and < 2\*\*63"),  # was accepted
+    (None, TypeError, r"extent None \(NoneType\) for dim 0; " + _NOT_INT),
+    (-1, ValueError, r"empty or negative dim \(extent -1 for dim 0\); every extent must be an int >= 1"),
+    (0, ValueError, r"empty or negative dim \(extent 0 for dim 0\); every extent must be an int >= 1"),
+])
+@pytest.mark.parametrize("where", list(_constructors()))
+def test_every_constructor_checks_its_extents(where, bad, err, msg):
+    with pytest.raises(err, match=rf"^{where}\b.*: .*{msg}") as got:
+        _constructors()[where]((bad, 3))
+    assert type(got.value) is err  # not a subclass (OverflowError is an ArithmeticError, not a ValueError)
+
+
+@pytest.mark.parametrize("where", list(_constructors()))
+def test_constructors_take_python_and_numpy_ints(where):
+    x = _constructors()[where]((np.int64(2), 3))
+    assert x.shape == (2, 3) and all(type(n) is int for n in x.shape)
+
+
+def test_extents_of_one_validator():
+    from tra_dask.types import check_extents
+
+    assert check_extents((np.int32(4), np.uint8(5), 6), "f") == (4, 5, 6)
+    assert check_extents(7, "f") == (7,) and check_extents([1, 2], "f") == (1, 2) and check_extents((), "f") == ()
+    assert check_extents(np.array([3, 4]), "f") == (3, 4)
+    assert check_extents((2**63 - 1,), "f") == (2**63 - 1,)
+    with pytest.raises(TypeError, match=r"f: shape must be a tuple of ints, got '12' \(str\)"):
+        check_extents("12", "f")
+    with pytest.raises(TypeError, match=r"extent np\.True_ \(bool\)"):
+        check_extents((np.bool_(True),), "f")
+    with pytest.raises(TypeError, match=r"extent np\.float64\(2\.0\) \(float64\)"):
+        check_extents((np.float64(2.0),), "f")
+
+
+def test_chunk_sizes_over_int64_are_refused():
+    with pytest.raises(ValueError, match=r"from_numpy Z: chunk size 18446744073709551616 for dim 0 is over 2\*\*63 - 1"):
+        td.from_numpy(np.ones((4, 6)), (2**64, 2), name="Z")

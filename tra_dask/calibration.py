@@ -423,8 +423,10 @@ def _bandwidth(client, pairs: list, nbytes: int, rounds: int = 3) -> float:
     round of empty tasks on the destinations at once: all the
     rounds' bytes over all their time (as :func:`_throughput`: a slow round counts,
     as it does in a plan — the best round alone read 1.1 to 2.1 GB/s in two
-    calibrations of one 2-worker cluster minutes apart)."""
-    from distributed import wait
+    calibrations of one 2-worker cluster minutes apart).  Waits through the client
+    given (:func:`~tra_dask.runtime.cluster._wait_done`): ``distributed.wait`` asks
+    for the default client, which a ``Client(..., set_as_default=False)`` is not."""
+    from .runtime.cluster import _wait_done
 
     dests = [d for _, d in pairs]
 
@@ -432,7 +434,7 @@ def _bandwidth(client, pairs: list, nbytes: int, rounds: int = 3) -> float:
         t0 = time.perf_counter()
         futs = [client.submit(_size if dep is not None else _noop, *([dep] if dep is not None else []),
                               workers=[d], allow_other_workers=False, pure=False) for dep, d in zip(deps, dests)]
-        wait(futs)
+        _wait_done(futs, client)
         dt = time.perf_counter() - t0
         for f in futs:
             f.release()
@@ -442,7 +444,7 @@ def _bandwidth(client, pairs: list, nbytes: int, rounds: int = 3) -> float:
     for _ in range(rounds):
         data = {s: client.submit(_make, nbytes, workers=[s], allow_other_workers=False, pure=False)
                 for s in dict.fromkeys(s for s, _ in pairs)}
-        wait(list(data.values()))
+        _wait_done(list(data.values()), client)
         empty = min(at_once([None] * len(pairs)) for _ in range(2))
         taken += max(at_once([data[s] for s, _ in pairs]) - empty, 1e-6)
         for f in data.values():

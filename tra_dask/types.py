@@ -34,6 +34,7 @@ __all__ = [
     "grid_type",
     "normalize_key",
     "normalize_chunks",
+    "check_extents",
     "encode_rows",
     "join_pairs",
     "check_size",
@@ -96,6 +97,62 @@ def normalize_key(key, *, where: str = "key") -> Key:
     return tuple(out)
 
 
+MAX_RANK = 64  # numpy's limit on array dims (NPY_MAXDIMS)
+MAX_EXTENT = 2**63 - 1  # extents, chunk sizes and keys are int64 in the types and plans
+
+
+def check_extents(shape, where: str, *, what: str = "shape") -> Shape:
+    """``shape`` as a tuple of Python ints, each >= 1 and < 2**63 — the one check of
+    every constructor that takes a shape (or block sizes: ``what``), named by
+    ``where`` in its errors.
+
+    Accepted: a tuple or list (or 1-d integer numpy array) of Python ints and numpy
+    integer scalars, or one int for one dim.  A TypeError for an extent that is not
+    an int — a float (even ``4.0``, as numpy refuses it: ``int(2.5)`` would make a
+    dim of 2), a string, a bool, None, NaN or an infinity — and for a shape that is
+    not a sequence (a string is not one); a ValueError for an extent < 1 (zero:
+    tra_dask arrays have no empty axes), one >= 2**63 (it does not fit in int64) and
+    more than :data:`MAX_RANK` dims.
+
+    >>> check_extents((np.int64(2), 3), "f")
+    (2, 3)
+    >>> check_extents((2.5, 3), "f")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    TypeError: f: shape (2.5, 3) has extent 2.5 (float) for dim 0; extents must be ints >= 1 and < 2**63 ...
+    """
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
+        shape = (shape,)
+    elif isinstance(shape, np.ndarray) and shape.ndim == 1 and shape.dtype.kind in "iu":
+        shape = tuple(shape.tolist())
+    if not isinstance(shape, (tuple, list)):
+        raise TypeError(f"{where}: {what} must be a tuple of ints, got {shape!r} ({type(shape).__name__}); "
+                        f"extents are ints >= 1 and < 2**63")
+    shown = tuple(shape)
+    for d, n in enumerate(shown):
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+            raise TypeError(
+                f"{where}: {what} {shown!r} has extent {n!r} ({type(n).__name__}) for dim {d}; extents must be "
+                f"ints >= 1 and < 2**63 (Python or numpy ints: not bool, float, str or None)"
+            )
+    out = tuple(int(n) for n in shown)
+    for d, n in enumerate(out):
+        if n < 1:
+            raise ValueError(
+                f"{where}: {what} {out} has an empty or negative dim (extent {n} for dim {d}); every extent "
+                f"must be an int >= 1"
+            )
+        if n > MAX_EXTENT:
+            raise ValueError(
+                f"{where}: {what} {out} has extent {n} for dim {d}, which does not fit in int64; every extent "
+                f"must be an int >= 1 and < 2**63"
+            )
+    if len(out) > MAX_RANK:
+        raise ValueError(
+            f"{where}: {what} has {len(out)} dims; a chunk is a numpy array, which has at most {MAX_RANK}"
+        )
+    return out
+
+
 def normalize_chunks(chunks, shape: Shape, *, where: str) -> Shape:
     """Chunk shape for a tensor of ``shape``: an int for every dim, a tuple, and
     ``-1``/``None`` meaning the whole extent (as in dask).
@@ -120,9 +177,9 @@ def normalize_chunks(chunks, shape: Shape, *, where: str) -> Shape:
             c = max(n, 1)
         if isinstance(c, bool) or not isinstance(c, (int, np.integer)):
             raise TypeError(f"{where}: chunk size for dim {d} must be an int, got {c!r}")
-        if c <= 0:
+        if c <= 0 or c > MAX_EXTENT:
             raise ValueError(
-                f"{where}: chunk size {c} for dim {d} is not positive; "
+                f"{where}: chunk size {c} for dim {d} is {'not positive' if c <= 0 else 'over 2**63 - 1'}; "
                 f"valid chunk sizes are 1..{n} (or -1 for the whole dim)"
             )
         out.append(int(c))

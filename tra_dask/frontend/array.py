@@ -91,12 +91,12 @@ def from_array(x, chunks=None, name: str | None = None) -> "Array":
 
 
 def _check_leaf(where: str, shape, dtype) -> tuple:
-    """An array input's shape as ints, refused early when an axis is empty or the
-    dtype is not one the array kernels compute in (numpy, dask and region inputs
-    alike)."""
-    shape = tuple(int(n) for n in shape)
-    if any(n < 1 for n in shape):
-        raise ValueError(f"{where}: shape {shape} has an empty axis; tra_dask arrays need every extent >= 1")
+    """An array input's shape as ints (:func:`tra_dask.types.check_extents`: refused
+    early when an axis is empty), and a dtype the array kernels compute in (numpy,
+    dask and region inputs alike)."""
+    from ..types import check_extents
+
+    shape = check_extents(shape, where)
     if np.dtype(dtype).kind not in "biuf":
         raise TypeError(f"{where}: dtype {np.dtype(dtype)} is not supported; use bool, integer or floating arrays")
     return shape
@@ -124,10 +124,6 @@ def from_region(fn, shape, dtype, chunks="auto", name: str | None = None) -> "Ar
     where = f"from_region {name or getattr(fn, '__name__', '')}".rstrip()
     if not callable(fn):
         raise TypeError(f"{where}: fn must be callable (a tuple of slices -> the array of that region), got {fn!r}")
-    try:
-        shape = tuple(int(n) for n in shape)
-    except TypeError:
-        raise TypeError(f"{where}: shape must be a tuple of ints, got {shape!r}") from None
     dtype = np.dtype(dtype)
     shape = _check_leaf(where, shape, dtype)
     fixed = None
@@ -460,18 +456,18 @@ def einsum(subscripts: str, *operands, chunks="auto", optimize="auto") -> Array:
         raise ValueError("einsum: no operands given")
     ops = [_operand(x, f"einsum({subscripts!r}) operand {i}") for i, x in enumerate(operands)]
     subs, out, sizes = parse(subscripts, [x.shape for x in ops])
-    if isinstance(chunks, (int, np.integer)) and not isinstance(chunks, bool):
-        if chunks < 1:
-            raise ValueError(f"einsum: chunks must be >= 1, got {chunks}")
-        given = {c: int(chunks) for c in sizes}
+    from ..types import check_extents
+
+    if isinstance(chunks, (int, np.integer)) and not isinstance(chunks, (bool, np.bool_)):
+        (block,) = check_extents((chunks,), f"einsum {subscripts!r}", what="chunks")
+        given = {c: block for c in sizes}
     elif isinstance(chunks, dict):
         bad = sorted(set(chunks) - set(sizes))
         if bad:
             raise ValueError(f"einsum {subscripts!r}: chunks names index {bad[0]!r}, which is not one of "
                              f"{''.join(sorted(sizes))!r}")
-        given = {c: int(b) for c, b in chunks.items()}
-        if any(b < 1 for b in given.values()):
-            raise ValueError(f"einsum: chunk sizes must be >= 1, got {chunks}")
+        given = dict(zip(chunks, check_extents(tuple(chunks.values()), f"einsum {subscripts!r}",
+                                               what=f"chunks (block sizes of {''.join(chunks)!r})")))
     elif chunks == "auto" or chunks is None:
         given = {}
     else:

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..kernels import is_device
-from ..types import Key, RelationType, Shape, grid_type, normalize_chunks, normalize_key
+from ..types import Key, RelationType, Shape, check_extents, grid_type, normalize_chunks, normalize_key
 from .nodes import Relation, _fmt_keys
 
 __all__ = ["Source", "FromNumpy", "FromChunks", "FromFunction", "ClusterSource"]
@@ -42,34 +42,6 @@ class Source(Relation):
 
     def __repr__(self) -> str:
         return self.name
-
-
-MAX_RANK = 64  # numpy's limit on array dims (NPY_MAXDIMS)
-
-
-def _check_tensor_shape(where: str, shape) -> Shape:
-    """``shape`` as a tuple of positive Python ints: an int or a tuple/list of ints
-    (numpy ints too).  Floats (even ``4.0``: numpy refuses them too), strings, NaN and
-    infinities are a TypeError; zero or negative extents and more than
-    :data:`MAX_RANK` dims a ValueError."""
-    if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
-        shape = (shape,)
-    if not isinstance(shape, (tuple, list)):
-        raise TypeError(f"{where}: shape must be a tuple of ints, got {shape!r} ({type(shape).__name__})")
-    for d, n in enumerate(shape):
-        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
-            raise TypeError(
-                f"{where}: shape {tuple(shape)!r} has extent {n!r} ({type(n).__name__}) for dim {d}; "
-                f"extents must be ints >= 1"
-            )
-    shape = tuple(int(n) for n in shape)
-    if any(n <= 0 for n in shape):
-        raise ValueError(f"{where}: shape {shape} has an empty or negative dim; every extent must be >= 1")
-    if len(shape) > MAX_RANK:
-        raise ValueError(
-            f"{where}: shape has {len(shape)} dims; a chunk is a numpy array, which has at most {MAX_RANK}"
-        )
-    return shape
 
 
 def _check_dtype(where: str, dtype) -> np.dtype:
@@ -284,7 +256,7 @@ def from_numpy(array, chunks, name: str | None = None) -> FromNumpy:
         except (TypeError, ValueError) as e:  # a ragged list, ...
             raise ValueError(f"from_numpy {name or ''}: {type(array).__name__} is not an array ({e})") from None
     where = f"from_numpy {name}" if name else f"from_numpy(array of shape {tuple(array.shape)} {array.dtype})"
-    shape = _check_tensor_shape(where, array.shape)
+    shape = check_extents(array.shape, where)
     _check_dtype(where, array.dtype)
     chunks = normalize_chunks(chunks, shape, where=where)
     name = name or f"array[{'x'.join(map(str, shape))} {array.dtype}]"
@@ -302,7 +274,7 @@ def from_function(fn: Callable[[Key], Any], shape, chunks, dtype, name: str | No
     if not callable(fn):
         raise TypeError(f"from_function: fn must be callable key -> chunk, got {fn!r}")
     where = f"from_function {name or getattr(fn, '__name__', '')}".rstrip()
-    shape = _check_tensor_shape(where, shape)
+    shape = check_extents(shape, where)
     chunks = normalize_chunks(chunks, shape, where=where)
     dtype = _check_dtype(where, dtype)
     name = name or f"{getattr(fn, '__name__', 'fn')}[{'x'.join(map(str, shape))} {dtype}]"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..logical import FromFunction, from_function
-from ..types import normalize_chunks
+from ..types import check_extents, normalize_chunks
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,9 @@ def random_uniform(shape, chunks, *, seed: int = 0, dtype="float64", name: str |
     >>> r.frontier, r.chunk_shape((2, 1))
     ((3, 2), (1, 2))
     """
-    shape = tuple(int(n) for n in shape)
-    chunks = normalize_chunks(chunks, shape, where=f"random_uniform {name or ''}".rstrip())
+    where = f"random_uniform {name or ''}".rstrip()
+    shape = check_extents(shape, where)
+    chunks = normalize_chunks(chunks, shape, where=where)
     dtype = np.dtype(dtype)
     return from_function(UniformChunks(shape, chunks, int(seed), dtype.str), shape, chunks, dtype, name=name)
 
@@ -61,6 +62,7 @@ class UniformRegion:
     dtype: str = "float64"
 
     def __post_init__(self):
+        object.__setattr__(self, "shape", check_extents(self.shape, "UniformRegion"))
         object.__setattr__(self, "seed", operator.index(self.seed))  # an int (a float seed is a mistake)
         if np.dtype(self.dtype).kind != "f":
             raise TypeError(f"UniformRegion: U(-1, 1) values need a float dtype, not {np.dtype(self.dtype)}")
@@ -102,7 +104,7 @@ def uniform_array(shape, *, seed: int = 0, dtype="float64", chunks="auto", name:
     """
     from ..frontend import from_region
 
-    shape = tuple(int(n) for n in shape)
+    shape = check_extents(shape, f"uniform_array {name or ''}".rstrip())
     dtype = np.dtype(dtype)
     return from_region(UniformRegion(shape, seed, dtype.str), shape, dtype, chunks=chunks,
                        name=name or f"uniform[{'x'.join(map(str, shape))} {dtype}]")
