@@ -19,7 +19,7 @@ import numpy as np
 
 from .chunk_ops import BINARY_OPS
 from .chunking import check_chunking
-from .einsum import parse
+from .einsum import check_optimize, interleaved, parse, symbol
 from .nodes import ArgReduce, Einsum, Elementwise, Leaf, Permute, Reduce, ScalarOp, Slice, Take, Unary
 
 __all__ = ["Array", "from_array", "from_region", "asarray", "einsum", "matmul", "tensordot", "dot"]
@@ -263,6 +263,12 @@ class Array:
     def __matmul__(self, o): return matmul(self, o)
     def __rmatmul__(self, o): return matmul(o, self)
 
+    def dot(self, b, out=None):
+        """``numpy.ndarray.dot``: :func:`dot` of this array and ``b`` (no ``out=``)."""
+        if out is not None:
+            raise TypeError("td.Array.dot: out= is not supported (a td.Array is lazy; use the result)")
+        return dot(self, b)
+
     # -- reductions -----------------------------------------------------------
     def _axes(self, axis, where) -> tuple:
         if axis is None:
@@ -444,14 +450,21 @@ def _scalar_node(x, op, c, reflected):
 # einsum and friends
 
 
-def einsum(subscripts: str, *operands, chunks="auto", optimize="auto") -> Array:
+def einsum(subscripts, *operands, chunks="auto", optimize="auto") -> Array:
     """``numpy.einsum`` over arrays of any kind, as a lazy :class:`Array`.
 
+    ``subscripts`` as numpy takes them: a string (``"ij,jk->ik"``, ``...``, implicit
+    output), or the interleaved form ``einsum(a, [0, 1], b, [1, 2], [0, 2])``
+    (sublists of ints in 0..51 and ``Ellipsis``; the output sublist optional).
     ``chunks``: ``"auto"`` (the optimizer chooses a block size per index with the
     plan), an int (every index cut in blocks of that size) or ``{index: block}``.
-    ``optimize``: ``"auto"`` (candidate contraction orders from opt_einsum, the one
-    with the least predicted time kept), an opt_einsum strategy name, or a path.
+    ``optimize``: ``"auto"`` or True (candidate contraction orders from opt_einsum,
+    the one with the least predicted time kept), False (left to right, as
+    written), an opt_einsum strategy name, or a path (opt_einsum's, or numpy's
+    ``["einsum_path", (0, 1), ...]``).
     """
+    if not isinstance(subscripts, str):
+        subscripts, operands = interleaved((subscripts, *operands))
     if not operands:
         raise ValueError("einsum: no operands given")
     ops = [_operand(x, f"einsum({subscripts!r}) operand {i}") for i, x in enumerate(operands)]
@@ -468,19 +481,21 @@ def einsum(subscripts: str, *operands, chunks="auto", optimize="auto") -> Array:
                              f"{''.join(sorted(sizes))!r}")
         given = dict(zip(chunks, check_extents(tuple(chunks.values()), f"einsum {subscripts!r}",
                                                what=f"chunks (block sizes of {''.join(chunks)!r})")))
-    elif chunks == "auto" or chunks is None:
+    elif chunks is None or (isinstance(chunks, str) and chunks == "auto"):
         given = {}
     else:
         raise ValueError(f"einsum: chunks must be 'auto', an int or {{index: block size}}, got {chunks!r}")
-    if not (optimize == "auto" or isinstance(optimize, (str, list, tuple))):
-        raise ValueError(f"einsum: optimize must be 'auto', an opt_einsum strategy or a path, got {optimize!r}")
+    return _einsum(ops, subs, out, sizes, given, check_optimize(optimize, len(ops)))
+
+
+def _einsum(ops, subs, out: str, sizes: dict, given=None, optimize="auto") -> Array:
+    """The einsum node of parsed subscripts (one index per axis, of any character)."""
     dtype = np.result_type(*[x.dtype for x in ops])
     if dtype == np.bool_:
         dtype = np.dtype(np.bool_)
     node = Einsum(tuple(sizes[c] for c in out), np.dtype(dtype), inputs=tuple(x._node for x in ops),
                   subs=tuple(subs), out=out, sizes=tuple(sorted(sizes.items())),
-                  chunks=tuple(sorted(given.items())), optimize=optimize if isinstance(optimize, str)
-                  else tuple(tuple(s) for s in optimize))
+                  chunks=tuple(sorted((given or {}).items())), optimize=optimize)
     return Array(node)
 
 
@@ -523,16 +538,18 @@ def tensordot(a, b, axes=2) -> Array:
             if len({x % arr.ndim for x in ax}) != len(ax):
                 raise ValueError(f"tensordot: the axes {list(ax)} of the {which} operand repeat an axis")
         xa, xb = [x % a.ndim for x in xa], [x % b.ndim for x in xb]
-    letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-    la = [next(letters) for _ in range(a.ndim)]
-    lb = [next(letters) for _ in range(b.ndim)]
+    la = [symbol(d) for d in range(a.ndim)]  # (indices of any number: not limited to 52 letters)
+    fresh = iter(range(a.ndim, a.ndim + b.ndim))
+    lb = [None] * b.ndim
     for i, j in zip(xa, xb):
         if a.shape[i] != b.shape[j]:
             raise ValueError(f"tensordot: axis {i} of the first operand has extent {a.shape[i]} but axis {j} of "
                              f"the second has {b.shape[j]}")
         lb[j] = la[i]
+    lb = [c or symbol(next(fresh)) for c in lb]
     out = [c for d, c in enumerate(la) if d not in xa] + [c for d, c in enumerate(lb) if d not in xb]
-    return einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", a, b)
+    sizes = {**dict(zip(la, a.shape)), **dict(zip(lb, b.shape))}
+    return _einsum([a, b], ["".join(la), "".join(lb)], "".join(out), sizes)
 
 
 def dot(a, b) -> Array:
@@ -571,9 +588,9 @@ def _no_extras(name, **kw):
         raise TypeError(f"td.Array: numpy.{name} with {', '.join(bad)}= is not supported")
 
 
-def _np_einsum(subscripts, *operands, optimize="auto", **kw):
+def _np_einsum(*operands, optimize="auto", **kw):
     _no_extras("einsum", **kw)
-    return einsum(subscripts, *operands, optimize="auto" if optimize in (True, False, "auto") else optimize)
+    return einsum(*operands, optimize=optimize)
 
 
 _FUNCTIONS = {

@@ -169,23 +169,35 @@ class Builder:
         if len(terms) == 1:
             return self._unary_einsum(*terms[0], node.out, self._dtype(node, terms[0][0]))
         path = self.paths.get(node)
+        if path is None and isinstance(node.optimize, tuple):  # a path given (checked by einsum)
+            path = node.optimize
         if path is None:
             from .einsum import contraction_paths
 
             path = contraction_paths([s for _, s in terms], node.out, dict(node.sizes))[0]
-        for step_no, step in enumerate(path):
-            i, j = sorted(step)
-            (x, xs), (y, ys) = terms[i], terms[j]
-            rest = [t for n, t in enumerate(terms) if n not in (i, j)]
-            last = step_no == len(path) - 1
-            if last:
-                keep = node.out
-            else:
-                need = set(node.out).union(*(set(s) for _, s in rest))
-                keep = "".join(c for c in dict.fromkeys(xs + ys) if c in need)
-            terms = rest + [(self._contract(x, xs, y, ys, keep, self._dtype(node, x, y)), keep)]
+        for step in path:  # opt_einsum's format: the operands at these positions go, their result goes last
+            rest = [t for n, t in enumerate(terms) if n not in step]
+            terms = rest + [self._step(node, [terms[n] for n in sorted(step)], rest)]
         (rel, sub), = terms
         return self._unary_einsum(rel, sub, node.out, self._dtype(node, rel))
+
+    def _step(self, node: Einsum, group: list, rest: list):
+        """One step of a path: one operand reduced to the indices still needed (a sum,
+        a transpose; ``dp`` makes such steps), or two or more contracted pairwise,
+        left to right.  The last step of all gives the output's indices in order."""
+        need = set(node.out).union(*(set(s) for _, s in rest))
+        (x, xs), more = group[0], group[1:]
+        if not more:
+            keep = node.out if not rest else "".join(c for c in dict.fromkeys(xs) if c in need)
+            return self._unary_einsum(x, xs, keep, self._dtype(node, x)), keep
+        for k, (y, ys) in enumerate(more):
+            later = need.union(*(set(s) for _, s in more[k + 1:]))
+            if not rest and k == len(more) - 1:
+                keep = node.out
+            else:
+                keep = "".join(c for c in dict.fromkeys(xs + ys) if c in later)
+            x, xs = self._contract(x, xs, y, ys, keep, self._dtype(node, x, y)), keep
+        return x, xs
 
     def _unary_einsum(self, rel, sub: str, out: str, dtype=None):
         if sub == out and dtype is None:

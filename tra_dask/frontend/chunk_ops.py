@@ -10,6 +10,7 @@ conditions see exactly what they see for the paper's kernels.
 from __future__ import annotations
 
 import math
+import string
 from functools import lru_cache
 
 import numpy as np
@@ -33,6 +34,8 @@ def _ufunc(xp, op: str):
 
 # ---------------------------------------------------------------------------
 # einsum on chunks
+
+_LETTERS = string.ascii_letters
 
 
 def _contiguous(xp, x):
@@ -69,6 +72,59 @@ def _einsum_shape(sub: str):
     return shape, flops
 
 
+def _einsum_wide(*args):
+    """``_einsum`` of more than 52 indices (more than ``numpy.einsum`` takes): a pair
+    whose shared indices are all summed is a ``tensordot``, anything else the
+    broadcast product of the operands (each transposed to the order of first
+    appearance, its diagonals taken), summed over the indices not in the output."""
+    *chunks, sub, dtype = args
+    xp = array_module(*chunks)
+    ins, out = sub.split("->")
+    ins = ins.split(",")
+    if dtype is not None:
+        chunks = [c.astype(dtype, copy=False) for c in chunks]
+    dt = np.result_type(*[c.dtype for c in chunks])
+    if (len(ins) == 2 and dt != np.bool_ and all(len(set(s)) == len(s) for s in ins)
+            and not (set(ins[0]) & set(ins[1]) & set(out))):
+        (xs, ys), (x, y) = ins, chunks
+        shared = [c for c in xs if c in ys]
+        r = xp.tensordot(x, y, axes=([xs.index(c) for c in shared], [ys.index(c) for c in shared]))
+        got = [c for c in xs + ys if c not in shared]
+        return _contiguous(xp, xp.transpose(r, [got.index(c) for c in out]))
+    labels = list(dict.fromkeys("".join(ins)))
+    acc = None
+    for s, x in zip(ins, chunks):
+        while len(set(s)) < len(s):  # a diagonal: numpy puts it last
+            c = next(c for c in s if s.count(c) > 1)
+            i = s.index(c)
+            j = s.index(c, i + 1)
+            x = xp.diagonal(x, axis1=i, axis2=j)
+            s = s[:i] + s[i + 1:j] + s[j + 1:] + c
+        order = sorted(range(len(s)), key=lambda a: labels.index(s[a]))
+        x = xp.transpose(x, order)
+        have = [s[a] for a in order]
+        x = x.reshape([x.shape[have.index(c)] if c in have else 1 for c in labels])
+        acc = x if acc is None else acc * x
+    summed = tuple(a for a, c in enumerate(labels) if c not in out)
+    if summed:
+        acc = acc.any(axis=summed) if acc.dtype == np.bool_ else acc.sum(axis=summed, dtype=acc.dtype)
+    kept = [c for c in labels if c in out]
+    return _contiguous(xp, xp.transpose(acc, [kept.index(c) for c in out]))
+
+
+def _as_letters(sub: str):
+    """``sub`` with its indices renamed to letters in order of first appearance
+    (``numpy.einsum`` takes a-z, A-Z), unchanged when they are letters, None when
+    there are more than 52."""
+    labels = dict.fromkeys(c for c in sub if c not in ",->")
+    if all(c in _LETTERS for c in labels):
+        return sub
+    if len(labels) > len(_LETTERS):
+        return None
+    name = {c: _LETTERS[k] for k, c in enumerate(labels)}
+    return "".join(name.get(c, c) for c in sub)
+
+
 @lru_cache(maxsize=None)
 def einsum_kernel(sub: str, dtype: str | None = None) -> Kernel:
     """``numpy.einsum(sub, *chunks, dtype=dtype)`` (BLAS through ``optimize=True``
@@ -76,7 +132,8 @@ def einsum_kernel(sub: str, dtype: str | None = None) -> Kernel:
     sums booleans as counts once any operand is numeric, so a partial sum of two
     boolean operands must not be a logical or).  Named ``tensordot`` when two
     operands share a summed index (a matrix-product kernel for the time model),
-    else ``einsum``."""
+    else ``einsum``.  Indices may be any characters (renamed to letters for
+    numpy; past 52 of them, ``tensordot`` or a broadcast product)."""
     ins, out = sub.split("->")
     ins = ins.split(",")
     if not all(set(s) <= set("".join(ins)) for s in [out]):
@@ -85,7 +142,9 @@ def einsum_kernel(sub: str, dtype: str | None = None) -> Kernel:
     summed_shared = len(ins) == 2 and bool((set(ins[0]) & set(ins[1])) - set(out))
     name = "tensordot" if summed_shared else "einsum"
     rule = (lambda *d: np.result_type(*d)) if dtype is None else (lambda *d: np.dtype(dtype))
-    return Kernel(name, _einsum, len(ins), shape, dtype=rule, flops=flops, params=(sub, dtype))
+    letters = _as_letters(sub)
+    return Kernel(name, _einsum if letters else _einsum_wide, len(ins), shape, dtype=rule, flops=flops,
+                  params=(letters or sub, dtype))
 
 
 # ---------------------------------------------------------------------------
