@@ -286,11 +286,18 @@ def in_process(b: Bench, client, n: int) -> None:
         b.sync_here()
         first = time.perf_counter() - t0
         again = b.timed(lambda i: td.einsum("ij,jk->ik", a, c).compute(client=client), client)
+        from tra_dask.runtime.device import LAST
+
+        path = dict(LAST)
+        held = []
+        run = b.timed(lambda i: held.append(td.submit(td.einsum("ij,jk->ik", a, c), client=client).wait()), client)
+        gather = b.timed(lambda i: held[i].assembled())
         err = float(abs(out - a @ c).max())
         b.say(f"\n`x.compute()` on in-process {n}² float32 inputs: first call {first:.3f} s (sends them), "
               f"then {again:.3f} s; cupy alone {local:.4f} s, + one round trip of the result through the host "
               f"{trip:.4f} s: **{again / trip:.2f}x** that (target <= 2x); result type "
-              f"{type(out).__module__.split('.')[0]}, max error {err:.2e}")
+              f"{type(out).__module__.split('.')[0]}, max error {err:.2e}; of which submit + run {run:.3f} s, "
+              f"gather + assemble {gather:.3f} s (gathered via {path['path']}{': ' + path['why'] if path['why'] else ''})")
     except Exception as e:
         b.say(f"\n`x.compute()` on in-process inputs failed: {type(e).__name__}: {e}")
         traceback.print_exc()

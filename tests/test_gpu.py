@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 
 import tra_dask as td
-from tra_dask.calibration import _gpu_rates, _gpu_spec
+from tra_dask.calibration import _gpu_rates, _gpu_spec_of
 from tra_dask.kernels import content_digest, is_device, on_device_of, to_host
 from tra_dask.optimizer.time import node_seconds_per_site, write_bandwidth
 from tra_dask.physical import Broadcast, LocalAggregate, LocalJoin, Shuffle
 from tra_dask.programs import matmul
 from tra_dask.runtime.cluster import visible_gpus
+from tra_dask.runtime.device import LAST, gather_device
 
 
 def _gpus() -> int:
@@ -130,6 +131,21 @@ def test_gpu_terms_of_each_node_are_the_formulas():
     assert {"product", "sum"} <= seen
 
 
+def test_workers_sharing_a_device_each_get_their_share():
+    host = td.ClusterSpec(2, bandwidth=1e9, memory_per_site=200e9)
+    one = dataclasses.replace(host, gpu=GPU)
+    two = dataclasses.replace(host, gpu=dataclasses.replace(GPU, sharing=2))
+    assert two.memory_budget == GPU.memory / 2
+    plan = _plan(host)
+    for node, nc in plan.cost.nodes.items():
+        t_host, t1, t2 = (node_seconds_per_site(nc, s) for s in (host, one, two))
+        if isinstance(node, (Broadcast, Shuffle)) and nc.recv_per_site is not None:
+            np.testing.assert_allclose(t2 - t_host, 2 * (t1 - t_host), rtol=1e-12)  # the copies halve
+        elif nc.tasks_per_site is not None and nc.flops_per_site.any():
+            launch = nc.tasks_per_site * GPU.launch  # a launch takes as long; the kernel's share halves
+            np.testing.assert_allclose(t2 - launch, 2 * (t1 - launch), rtol=1e-12)
+
+
 def test_a_gpu_plan_is_chosen_by_the_gpu_model_within_device_memory():
     host = td.ClusterSpec(4, bandwidth=1e9, memory_per_site=64e9)
     dev = dataclasses.replace(host, gpu=GPU)
@@ -148,18 +164,20 @@ def test_gpu_spec_from_each_workers_measurements():
                 "float64@1024": 2e13 * scale, "float64@4096": 3e13 * scale, "elementwise": 1e11 * scale,
                 "launch": 1e-5, "to_host": 1e10, "from_host": 1.2e10}
 
-    g = _gpu_spec({"w0": one(1.0), "w1": one(2.0), "w2": one(1.5)})
+    g = _gpu_spec_of({"w0": one(1.0), "w1": one(2.0), "w2": one(1.5)})
     assert g.memory == 80e9  # the smallest device
     assert g.elementwise == 1.5e11  # the median worker
     # peak and half size through the two sizes: rate(n) = peak / (1 + half / n)
     peak, half = g.blas["float32"], g.blas_half_size
     np.testing.assert_allclose([peak / (1 + half / 1024), peak / (1 + half / 4096)], [3e13, 4.5e13], rtol=1e-12)
-    assert _gpu_spec({"w0": one(1.0), "w1": None}) is None  # a worker without a GPU: a host cluster
+    assert _gpu_spec_of({"w0": one(1.0), "w1": None}) is None  # a worker without a GPU: a host cluster
+    assert _gpu_spec_of({"w0": one(1.0)}, sharing=2).sharing == 2
 
 
 @pytest.mark.skipif(_gpus() > 0, reason="checks the answer where no GPU is visible")
 def test_without_a_gpu_the_gpu_paths_say_so():
     assert _gpu_rates() is None
+    assert gather_device(None, {}, {}) is None and LAST["path"] == "network" and "no device here" in LAST["why"]
     with pytest.raises(RuntimeError, match="no GPU is visible"):
         td.embedded_client(gpu=True)
 
@@ -249,6 +267,7 @@ def test_cupy_arrays_on_gpu_workers(cp, gpu_client):
     out = x.compute(client=gpu_client)
     assert is_device(out)  # as dask returns it for cupy chunks
     np.testing.assert_allclose(out.get(), a @ b, rtol=1e-10)
+    assert LAST["path"] == "ipc", LAST  # gathered device to device, not through the host
     rf = td.submit(x, client=gpu_client)
     assert isinstance(rf.to_numpy(), np.ndarray) and rf.plan.on_device
     d = rf.to_dask_array()

@@ -36,10 +36,11 @@ A few seconds of measurements on the cluster itself (runtime layer: it talks to
   objective and run (once untimed, then the best of three): the rate at which the
   model predicts its wall time replaces the kernel's solo peak when lower (kernels
   share the cores with the scheduler, the client and transfers);
-* **GPUs** — where every worker has one (cupy sees a device), each measures its
-  device at once: matmul rates per dtype at two sizes, elementwise adds, copies
-  device ↔ host, a kernel launch, and its memory (:class:`GpuSpec`); plans over cupy
-  data are then priced on the devices.  The matmul rate in a plan (below) is
+* **GPUs** — where every worker has one (cupy sees a device), one worker per device
+  measures it (the devices at once; workers sharing a device would measure each
+  other): matmul rates per dtype at two sizes, elementwise adds, copies device ↔
+  host, a kernel launch, and its memory (:class:`GpuSpec`, with how many workers
+  share a device); plans over cupy data are then priced on the devices.  The matmul rate in a plan (below) is
   measured on the host only;
 * **memory, threads and cores** — the workers' own ``memory_limit`` and
   ``nthreads``, and the cores each worker's process may use (``dask.system``'s
@@ -191,10 +192,36 @@ def _gpu_rates(sizes=(1024, 4096), elems: int = 2**24, seconds: float = 0.2, nby
     return out
 
 
-def _gpu_spec(per_worker: dict) -> GpuSpec | None:
-    """The cluster's :class:`GpuSpec` from :func:`_gpu_rates` of every worker (the
-    median, the smallest memory), or None unless every worker has a GPU."""
-    got = list(per_worker.values())
+def _gpu_id() -> str | None:
+    """Run on a worker: the UUID of the GPU it computes on (None without one)."""
+    try:
+        import cupy
+
+        dev = cupy.cuda.Device()
+        return bytes(cupy.cuda.runtime.getDeviceProperties(dev.id)["uuid"]).hex()
+    except Exception:  # no cupy, no driver, no device
+        return None
+
+
+def _gpu_spec(client, workers: list, hosts: list) -> GpuSpec | None:
+    """The cluster's :class:`GpuSpec`, or None unless every worker has a GPU.  Workers
+    that share one device (several workers of a host on one GPU) would measure each
+    other: one worker per device measures it (the devices at once), and
+    ``sharing`` says how many workers share each (the largest count)."""
+    ids = client.run(_gpu_id, workers=workers)
+    if any(ids.get(w) is None for w in workers):
+        return None
+    groups: dict = {}
+    for w, h in zip(workers, hosts):
+        groups.setdefault((h, ids[w]), []).append(w)
+    measured = client.run(_gpu_rates, workers=[ws[0] for ws in groups.values()])
+    return _gpu_spec_of(measured, max(len(ws) for ws in groups.values()))
+
+
+def _gpu_spec_of(per_device: dict, sharing: int = 1) -> GpuSpec | None:
+    """A :class:`GpuSpec` from :func:`_gpu_rates` of one worker per device (the
+    median, the smallest memory); None if one has no GPU."""
+    got = list(per_device.values())
     if not got or any(r is None for r in got):
         return None
 
@@ -217,7 +244,7 @@ def _gpu_spec(per_worker: dict) -> GpuSpec | None:
         return None
     return GpuSpec(memory=min(r["memory"] for r in got), blas=blas, elementwise=med("elementwise"),
                    to_host=med("to_host"), from_host=med("from_host"), blas_half_size=half,
-                   launch=med("launch"), name=got[0]["name"])
+                   launch=med("launch"), name=got[0]["name"], sharing=sharing)
 
 
 def _blas_fit(r_small: float, r_large: float, small: int = 64, large: int = 512) -> tuple[float, float]:
@@ -376,7 +403,7 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
     bandwidth = remote or local or 4.5e8
     threads = min(int(info[w].get("nthreads") or 1) for w in workers)
     cores = min(client.run(_cores, workers=workers).values())
-    gpu = _gpu_spec(client.run(_gpu_rates, workers=workers))
+    gpu = _gpu_spec(client, workers, hosts)
     host_ids = {h: i for i, h in enumerate(dict.fromkeys(hosts))}
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     spec = ClusterSpec(
@@ -387,7 +414,8 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
         fresh_bandwidth=float(med["fresh"]),
         threads=threads, cores=int(cores), gpu=gpu, source="",
     )
-    blas = _in_situ_blas(client, workers, spec, chunk=1024 if memory >= 2**30 else 512)
+    # (host data: the host's model, whatever GPUs the workers have)
+    blas = _in_situ_blas(client, workers, spec.on_host(), chunk=1024 if memory >= 2**30 else 512)
     took = time.perf_counter() - started
     return dataclasses.replace(spec, rates=dict(spec.rates, blas=blas), source=(
         f"calibrated on {client.scheduler.address} at {stamp} in {took:.1f} s (matmul peak alone "

@@ -53,8 +53,10 @@ class GpuSpec:
     that many more).  ``launch``: seconds a kernel task costs on the device beyond
     the worker's task overhead (launches, synchronising).  ``to_host``,
     ``from_host``: bytes/s between device and host memory — a transfer between two
-    GPU workers over TCP goes device → host → network → host → device.  ``name``:
-    the device's name."""
+    GPU workers over TCP goes device → host → network → host → device.  The rates
+    are a whole device's; ``sharing`` workers share each device (several workers on
+    one GPU), and each gets its share while all are busy.  ``name``: the device's
+    name."""
 
     memory: float
     blas: dict
@@ -64,6 +66,7 @@ class GpuSpec:
     blas_half_size: float = 1024.0
     launch: float = 2e-5
     name: str = "GPU"
+    sharing: int = 1
 
     def __post_init__(self):
         where = "GpuSpec"
@@ -73,6 +76,8 @@ class GpuSpec:
                 0 <= self.blas_half_size < float("inf")):
             raise ValueError(f"{where}: blas_half_size must be a finite number >= 0, got {self.blas_half_size!r}")
         object.__setattr__(self, "blas_half_size", float(self.blas_half_size))
+        if isinstance(self.sharing, bool) or not isinstance(self.sharing, int) or self.sharing < 1:
+            raise ValueError(f"{where}: sharing must be an int >= 1 (workers per device), got {self.sharing!r}")
         if not isinstance(self.blas, dict) or not self.blas:
             raise TypeError(f"{where}: blas must be a non-empty dict {{dtype name: flops/s}}, got {self.blas!r}")
         import numpy as np
@@ -88,7 +93,7 @@ class GpuSpec:
 
     def __hash__(self):
         return hash((self.memory, tuple(sorted(self.blas.items())), self.elementwise, self.to_host, self.from_host,
-                     self.blas_half_size, self.launch, self.name))
+                     self.blas_half_size, self.launch, self.name, self.sharing))
 
     def blas_rate(self, dtype) -> float:
         """Peak matmul flops/s for ``dtype`` (the slowest named rate for a dtype not named)."""
@@ -100,7 +105,8 @@ class GpuSpec:
         rates = ", ".join(f"{k} {v / 1e12:.3g} TFLOP/s" for k, v in self.blas.items())
         return (f"GpuSpec({self.name}: {self.memory / 2**30:.0f} GiB, matmul {rates} (half rate at "
                 f"n={self.blas_half_size:.0f}), elementwise {self.elementwise:.3g}/s, to/from host "
-                f"{self.to_host / 1e9:.3g}/{self.from_host / 1e9:.3g} GB/s, launch {self.launch * 1e6:.0f} us)")
+                f"{self.to_host / 1e9:.3g}/{self.from_host / 1e9:.3g} GB/s, launch {self.launch * 1e6:.0f} us"
+                f"{'' if self.sharing == 1 else f', {self.sharing} workers per device'})")
 
 
 @dataclass(frozen=True)
@@ -185,9 +191,11 @@ class ClusterSpec:
 
     @property
     def memory_budget(self) -> float:
-        """Bytes a plan may hold per site: the device's memory when the plan computes
-        on GPUs (the smaller of it and the host's), else ``memory_per_site``."""
-        return self.memory_per_site if self.gpu is None else min(self.memory_per_site, self.gpu.memory)
+        """Bytes a plan may hold per site: its share of the device's memory when the
+        plan computes on GPUs (the smaller of it and the host's), else
+        ``memory_per_site``."""
+        return (self.memory_per_site if self.gpu is None
+                else min(self.memory_per_site, self.gpu.memory / self.gpu.sharing))
 
     def on_host(self) -> "ClusterSpec":
         """This cluster for a plan whose chunks live in host memory (no GPU terms)."""

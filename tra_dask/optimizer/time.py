@@ -71,7 +71,9 @@ device's numbers: flops at the GPU's matmul rate for the dtype (lower on small
 products) or its elementwise rate, new arrays at its memory bandwidth, a launch per
 kernel task, and a move costs, besides the link, device → host at the sender and
 host → device at the receiver (TCP between GPU workers stages through host memory).
-One thread per worker drives a GPU, so ``threads`` does not multiply the rate.
+One thread per worker drives a GPU, so ``threads`` does not multiply the rate;
+workers that share a device (``gpu.sharing``) each get that share of its rates and
+copies (all busy at once, as a balanced plan keeps them).
 """
 
 from __future__ import annotations
@@ -149,7 +151,7 @@ def node_seconds_per_site(nc, spec: ClusterSpec) -> np.ndarray:
         link = (nc.recv_per_site + nc.send_per_site) * item  # both ends work
         out += link / spec.link_bandwidth
         if gpu is not None:  # device -> host at the sender, host -> device at the receiver
-            out += nc.send_per_site * item / gpu.to_host + nc.recv_per_site * item / gpu.from_host
+            out += (nc.send_per_site * item / gpu.to_host + nc.recv_per_site * item / gpu.from_host) * gpu.sharing
     return out
 
 
@@ -158,7 +160,7 @@ def write_bandwidth(spec: ClusterSpec) -> float:
     ``fresh_bandwidth`` on the host; on a GPU, its memory bandwidth (cupy's pool reuses
     freed device memory), which its elementwise rate measures (an add reads two
     float64s and writes one per element)."""
-    return spec.fresh_bandwidth if spec.gpu is None else spec.gpu.elementwise * 24
+    return spec.fresh_bandwidth if spec.gpu is None else spec.gpu.elementwise * 24 / spec.gpu.sharing
 
 
 def kernel_rate(node, spec: ClusterSpec) -> float:
@@ -193,8 +195,8 @@ def _gpu_rate(node, kernel, cls: str, gpu) -> float:
     kernels at its float64 rate times 8 / itemsize."""
     dtype = node.type.dtype
     if cls != "blas":
-        return gpu.elementwise * (8 / max(min(dtype.itemsize, 8), 2))
-    peak = gpu.blas_rate(dtype)
+        return gpu.elementwise * (8 / max(min(dtype.itemsize, 8), 2)) / gpu.sharing
+    peak = gpu.blas_rate(dtype) / gpu.sharing
     try:
         per_call = float(kernel.flops(*[c.type.shapes[0] for c in node.children]))
     except Exception:  # an opaque shape rule: the peak

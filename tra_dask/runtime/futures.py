@@ -16,8 +16,8 @@ from ..logical import ClusterSource, to_numpy
 from ..lowering import Lowered
 from ..optimizer import Plan
 from ..types import RelationType
-from .cluster import (WorkersLeft, _FetchFromCluster, _Vanished, _check_client, _wait_done, cancel_safely, watched,
-                      workers_info)
+from .cluster import (WorkersLeft, _FetchFromCluster, _Vanished, _check_client, _wait_done, _who_has, cancel_safely,
+                      watched, workers_info)
 
 MAX_RECOVERIES = 5
 
@@ -186,9 +186,21 @@ class RelationFutures(Mapping):
         while True:
             self.wait()
             try:
+                if self.plan.on_device:  # cupy chunks on this host's GPUs: device to device (runtime.device)
+                    got = self._gather_device()
+                    if got is not None:
+                        return got
                 return watched(lambda: self.client.gather(dict(self._futures)), self.client, self.lowered.workers)
             except WorkersLeft as e:
                 self._submission.recover(e)
+
+    def _gather_device(self) -> dict | None:
+        from .device import gather_device
+
+        futs = dict(self._futures)
+        who = watched(lambda: _who_has(self.client, [f.key for f in futs.values()]), self.client,
+                      self.lowered.workers)
+        return gather_device(self.client, futs, {k: ws[0] for k, ws in who.items() if ws})
 
     def to_numpy(self):
         """The chunks gathered and assembled here as one numpy array (cupy chunks are
