@@ -131,6 +131,21 @@ def test_gpu_terms_of_each_node_are_the_formulas():
     assert {"product", "sum"} <= seen
 
 
+def test_a_measured_device_link_prices_moves_end_to_end():
+    host = td.ClusterSpec(2, bandwidth=1e9)
+    dev = dataclasses.replace(host, gpu=dataclasses.replace(GPU, link=3e9))
+    plan = _plan(host)
+    moved = 0
+    for node, nc in plan.cost.nodes.items():
+        if isinstance(node, (Broadcast, Shuffle)) and nc.recv_per_site is not None and nc.recv_per_site.any():
+            want = (nc.recv_per_site + nc.send_per_site) * node.type.dtype.itemsize / 3e9
+            np.testing.assert_allclose(node_seconds_per_site(nc, dev), want, rtol=1e-12)
+            moved += 1
+    assert moved
+    with pytest.raises(ValueError, match="link must be a positive"):
+        dataclasses.replace(GPU, link=-1.0)
+
+
 def test_workers_sharing_a_device_each_get_their_share():
     host = td.ClusterSpec(2, bandwidth=1e9, memory_per_site=200e9)
     one = dataclasses.replace(host, gpu=GPU)
@@ -328,6 +343,8 @@ def test_calibrate_measures_the_gpus_and_plans_use_them(cp, gpu_client):
     spec = td.calibrate(gpu_client)
     assert spec.gpu is not None and spec.gpu.memory > 1e9
     assert spec.gpu.blas["float32"] > 1e12 and spec.gpu.to_host > 1e8 and spec.gpu.launch < 1e-2
+    assert spec.gpu.link is not None and spec.gpu.link > 1e8  # two workers: the device ring was measured
+    assert spec.gpu.sharing == 2 // min(2, _gpus())  # both workers on the first GPU unless told otherwise
     td.set_cluster_spec(gpu_client, spec)
     a = cp.ones((2048, 2048), dtype=cp.float32)
     p_dev = td.einsum("ij,jk->ik", a, a).plan(client=gpu_client)

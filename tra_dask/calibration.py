@@ -40,7 +40,9 @@ A few seconds of measurements on the cluster itself (runtime layer: it talks to
   measures it (the devices at once; workers sharing a device would measure each
   other): matmul rates per dtype at two sizes, elementwise adds, copies device ↔
   host, a kernel launch, and its memory (:class:`GpuSpec`, with how many workers
-  share a device); plans over cupy data are then priced on the devices.  The matmul rate in a plan (below) is
+  share a device), and the ring of transfers again with device arrays (device →
+  host → network → host → device, as Dask moves them, end to end); plans over cupy
+  data are then priced on the devices.  The matmul rate in a plan (below) is
   measured on the host only;
 * **memory, threads and cores** — the workers' own ``memory_limit`` and
   ``nthreads``, and the cores each worker's process may use (``dask.system``'s
@@ -362,6 +364,14 @@ def _make(nbytes):
     return np.ones(nbytes // 8)
 
 
+def _make_device(nbytes):
+    import cupy
+
+    out = cupy.ones(nbytes // 8)
+    cupy.cuda.runtime.deviceSynchronize()
+    return out
+
+
 def _size(x):
     return int(getattr(x, "nbytes", 0))
 
@@ -404,6 +414,9 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
     threads = min(int(info[w].get("nthreads") or 1) for w in workers)
     cores = min(client.run(_cores, workers=workers).values())
     gpu = _gpu_spec(client, workers, hosts)
+    if gpu is not None and (local_pairs or remote_pairs):  # device arrays between workers, end to end
+        gpu = dataclasses.replace(gpu, link=_bandwidth(client, remote_pairs or local_pairs, transfer_bytes,
+                                                       make=_make_device))
     host_ids = {h: i for i, h in enumerate(dict.fromkeys(hosts))}
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     spec = ClusterSpec(
@@ -445,7 +458,7 @@ def _rings(workers: list, hosts: list) -> tuple[list, list]:
     return local, remote
 
 
-def _bandwidth(client, pairs: list, nbytes: int, rounds: int = 3) -> float:
+def _bandwidth(client, pairs: list, nbytes: int, rounds: int = 3, make=None) -> float:
     """Bytes/s a worker sends plus receives while every ``(source, destination)``
     pair moves ``nbytes`` at once (each worker one of each: ``2 * nbytes``), beyond a
     round of empty tasks on the destinations at once: all the
@@ -470,7 +483,7 @@ def _bandwidth(client, pairs: list, nbytes: int, rounds: int = 3) -> float:
 
     taken = 0.0
     for _ in range(rounds):
-        data = {s: client.submit(_make, nbytes, workers=[s], allow_other_workers=False, pure=False)
+        data = {s: client.submit(make or _make, nbytes, workers=[s], allow_other_workers=False, pure=False)
                 for s in dict.fromkeys(s for s, _ in pairs)}
         _wait_done(list(data.values()), client)
         empty = min(at_once([None] * len(pairs)) for _ in range(2))

@@ -55,8 +55,12 @@ class GpuSpec:
     ``from_host``: bytes/s between device and host memory — a transfer between two
     GPU workers over TCP goes device → host → network → host → device.  The rates
     are a whole device's; ``sharing`` workers share each device (several workers on
-    one GPU), and each gets its share while all are busy.  ``name``: the device's
-    name."""
+    one GPU), and each gets its share while all are busy.  ``link``: bytes/s a
+    worker moves device arrays to and from other workers, sent plus received,
+    measured end to end (``td.calibrate``'s ring of device arrays: the copies through
+    host memory at both ends and the network, as they overlap); None prices a move
+    as the host link plus ``to_host`` at the sender and ``from_host`` at the
+    receiver.  ``name``: the device's name."""
 
     memory: float
     blas: dict
@@ -67,11 +71,14 @@ class GpuSpec:
     launch: float = 2e-5
     name: str = "GPU"
     sharing: int = 1
+    link: float | None = None
 
     def __post_init__(self):
         where = "GpuSpec"
         for f in ("memory", "elementwise", "to_host", "from_host", "launch"):
             object.__setattr__(self, f, _positive(where, f, getattr(self, f)))
+        if self.link is not None:
+            object.__setattr__(self, "link", _positive(where, "link", self.link))
         if isinstance(self.blas_half_size, bool) or not isinstance(self.blas_half_size, (int, float)) or not (
                 0 <= self.blas_half_size < float("inf")):
             raise ValueError(f"{where}: blas_half_size must be a finite number >= 0, got {self.blas_half_size!r}")
@@ -93,7 +100,7 @@ class GpuSpec:
 
     def __hash__(self):
         return hash((self.memory, tuple(sorted(self.blas.items())), self.elementwise, self.to_host, self.from_host,
-                     self.blas_half_size, self.launch, self.name, self.sharing))
+                     self.blas_half_size, self.launch, self.name, self.sharing, self.link))
 
     def blas_rate(self, dtype) -> float:
         """Peak matmul flops/s for ``dtype`` (the slowest named rate for a dtype not named)."""
@@ -106,7 +113,8 @@ class GpuSpec:
         return (f"GpuSpec({self.name}: {self.memory / 2**30:.0f} GiB, matmul {rates} (half rate at "
                 f"n={self.blas_half_size:.0f}), elementwise {self.elementwise:.3g}/s, to/from host "
                 f"{self.to_host / 1e9:.3g}/{self.from_host / 1e9:.3g} GB/s, launch {self.launch * 1e6:.0f} us"
-                f"{'' if self.sharing == 1 else f', {self.sharing} workers per device'})")
+                f"{'' if self.sharing == 1 else f', {self.sharing} workers per device'}"
+                f"{'' if self.link is None else f', device to device between workers {self.link / 1e9:.3g} GB/s'})")
 
 
 @dataclass(frozen=True)

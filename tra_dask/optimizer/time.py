@@ -69,8 +69,10 @@ tasks only (the data is made or sent before a benchmark's clock starts).
 On GPUs (``spec.gpu``: the plan's chunks are device arrays) the same terms take the
 device's numbers: flops at the GPU's matmul rate for the dtype (lower on small
 products) or its elementwise rate, new arrays at its memory bandwidth, a launch per
-kernel task, and a move costs, besides the link, device → host at the sender and
-host → device at the receiver (TCP between GPU workers stages through host memory).
+kernel task, and a move costs device → host at the sender, the link, and host →
+device at the receiver (TCP between GPU workers stages through host memory): at the
+rate ``td.calibrate`` measured for device arrays moved that way end to end
+(``gpu.link``), or, without it, as the three terms added up.
 One thread per worker drives a GPU, so ``threads`` does not multiply the rate;
 workers that share a device (``gpu.sharing``) each get that share of its rates and
 copies (all busy at once, as a balanced plan keeps them).
@@ -149,9 +151,12 @@ def node_seconds_per_site(nc, spec: ClusterSpec) -> np.ndarray:
     if isinstance(node, (Broadcast, Shuffle)) and nc.recv_per_site is not None:
         item = node.type.dtype.itemsize
         link = (nc.recv_per_site + nc.send_per_site) * item  # both ends work
-        out += link / spec.link_bandwidth
-        if gpu is not None:  # device -> host at the sender, host -> device at the receiver
-            out += (nc.send_per_site * item / gpu.to_host + nc.recv_per_site * item / gpu.from_host) * gpu.sharing
+        if gpu is not None and gpu.link is not None:  # device arrays moved end to end, as calibrated
+            out += link / gpu.link
+        else:
+            out += link / spec.link_bandwidth
+            if gpu is not None:  # device -> host at the sender, host -> device at the receiver
+                out += (nc.send_per_site * item / gpu.to_host + nc.recv_per_site * item / gpu.from_host) * gpu.sharing
     return out
 
 
