@@ -482,12 +482,14 @@ def _bandwidth(client, pairs: list, nbytes: int, rounds: int = 3, make=None) -> 
         return dt
 
     taken = 0.0
-    for _ in range(rounds):
+    warm = make is not None  # device arrays: the first round sets up each worker's device side, untimed
+    for r in range(rounds + warm):
         data = {s: client.submit(make or _make, nbytes, workers=[s], allow_other_workers=False, pure=False)
                 for s in dict.fromkeys(s for s, _ in pairs)}
         _wait_done(list(data.values()), client)
         empty = min(at_once([None] * len(pairs)) for _ in range(2))
-        taken += max(at_once([data[s] for s, _ in pairs]) - empty, 1e-6)
+        took = max(at_once([data[s] for s, _ in pairs]) - empty, 1e-6)
+        taken += took if r >= warm else 0.0
         for f in data.values():
             f.release()
     return 2 * rounds * nbytes / taken
