@@ -415,7 +415,7 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
     cores = min(client.run(_cores, workers=workers).values())
     gpu = _gpu_spec(client, workers, hosts)
     if gpu is not None and (local_pairs or remote_pairs):  # device arrays between workers, end to end
-        gpu = dataclasses.replace(gpu, link=_bandwidth(client, remote_pairs or local_pairs, transfer_bytes,
+        gpu = dataclasses.replace(gpu, link=_bandwidth(client, remote_pairs or local_pairs, 4 * transfer_bytes,
                                                        make=_make_device))
     host_ids = {h: i for i, h in enumerate(dict.fromkeys(hosts))}
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
