@@ -50,17 +50,17 @@ def to_numpy(x, chunks=None):
     return kernels.to_host(_relation_to_numpy(x, chunks))
 
 
-def evaluate(expr):
+def evaluate(expr, *, check: bool = True):
     """The reference evaluator, in this process: ``{key: chunk}`` for a TRA
     expression (a tuple/dict of them gives a tuple/dict), or, for a :class:`td.Array`
     (or a tuple of them), the assembled array in its chunks' own array module — a
     cupy array for cupy chunks, with no copy to the host (:func:`to_numpy` gives
-    numpy)."""
+    numpy).  ``check``: the outputs' integrity, as :func:`tra_dask.logical.evaluate`."""
     if _arrays(expr):
         from .frontend.run import evaluate_local
 
         return evaluate_local(expr, host=False)
-    return _evaluate_relation(expr)
+    return _evaluate_relation(expr, check=check)
 
 
 def submit(x, client=None, sites=None, *, check: bool = True, **kw):

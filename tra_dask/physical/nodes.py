@@ -11,6 +11,8 @@ partial aggregate fed to a join) is rejected there, with the keys and sites name
 
 from __future__ import annotations
 
+import threading
+
 import weakref
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -146,6 +148,7 @@ class _Table(dict):
 _OWN = frozenset({"_hash", "_kids", "_params_memo", "_label"})  # of the node itself, not shared with an equal one
 
 _TYPES: "OrderedDict" = OrderedDict()
+_TYPES_LOCK = threading.Lock()
 
 
 def _typed(key: tuple, derive):
@@ -155,14 +158,16 @@ def _typed(key: tuple, derive):
     would be derived again for every placement.  (A failing rule is not memoised:
     it raises each time.)"""
     ident = tuple(id(k) if isinstance(k, RelationType) else k for k in key)
-    hit = _TYPES.get(ident)
-    if hit is not None and all(a is b for a, b in zip(hit[0], key) if isinstance(a, RelationType)):
-        _TYPES.move_to_end(ident)
-        return hit[1]
-    t = derive()
-    _TYPES[ident] = (key, t)  # the key holds the input types alive, so their ids stay theirs
-    if len(_TYPES) > 4096:
-        _TYPES.popitem(last=False)
+    with _TYPES_LOCK:  # planning from several threads: the LRU's get/move/evict must not interleave
+        hit = _TYPES.get(ident)
+        if hit is not None and all(a is b for a, b in zip(hit[0], key) if isinstance(a, RelationType)):
+            _TYPES.move_to_end(ident)
+            return hit[1]
+    t = derive()  # (outside the lock: two threads may derive one type; both results are equal)
+    with _TYPES_LOCK:
+        _TYPES[ident] = (key, t)  # the key holds the input types alive, so their ids stay theirs
+        while len(_TYPES) > 4096:
+            _TYPES.popitem(last=False)
     return t
 
 
