@@ -22,7 +22,7 @@ from .logical import (
 from .logical import check_outputs
 from .logical import evaluate as _evaluate_relation
 from .logical import to_numpy as _relation_to_numpy
-from .frontend import Array, asarray, dot, einsum, from_array, from_region, matmul, tensordot
+from .frontend import Array, asarray, dot, einsum, from_array, from_region, matmul, outer, tensordot, vdot
 from .optimizer import ClusterSpec, GpuSpec, Plan, compile, optimize
 from .physical import All, KeySites, Part, simulate
 from .types import ArrayType, RelationType
@@ -109,7 +109,7 @@ def __getattr__(name):
     raise AttributeError(f"module 'tra_dask' has no attribute {name!r}")
 
 __all__ = [
-    "Array", "einsum", "matmul", "tensordot", "dot", "from_array", "from_region", "asarray",
+    "Array", "einsum", "matmul", "tensordot", "dot", "vdot", "outer", "from_array", "from_region", "asarray",
     "Relation", "Kernel", "kernel", "ArrayType", "RelationType",
     "from_numpy", "from_chunks", "from_function",
     "aggregate", "join", "rekey", "filter", "transform", "tile", "concat",

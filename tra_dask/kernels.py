@@ -37,7 +37,7 @@ from .types import ArrayType, Shape
 
 __all__ = [
     "Kernel", "KernelTypeError", "kernel", "register", "get_kernel", "as_kernel",
-    "registered_kernels", "array_module", "is_device", "device_module", "to_host", "content_digest", "scale", "compose", "premap",
+    "registered_kernels", "flop_factor", "array_module", "is_device", "device_module", "to_host", "content_digest", "scale", "compose", "premap",
 ]
 
 
@@ -182,6 +182,39 @@ def _promote(*dtypes) -> np.dtype:
 
 def _promote_float(*dtypes) -> np.dtype:
     return np.result_type(*dtypes, np.float16)
+
+
+def _ordered(*dtypes) -> np.dtype:
+    """numpy's promotion, for a kernel that compares (relu, min, max): complex numbers
+    have no order here (numpy's lexicographic one is not taken)."""
+    bad = [str(np.dtype(d)) for d in dtypes if np.dtype(d).kind == "c"]
+    if bad:
+        raise KernelTypeError(f"compares values, which complex numbers ({bad[0]}) cannot be (they have no order)")
+    return np.result_type(*dtypes)
+
+
+def _real_of(d) -> np.dtype:
+    """The dtype of ``abs``/``real``/``imag`` of ``d``: a complex dtype's real part."""
+    d = np.dtype(d)
+    return np.empty(0, d).real.dtype if d.kind == "c" else d
+
+
+def flop_factor(kernel, dtypes) -> int:
+    """Real flops per flop a kernel's ``flops`` counts, on chunks of ``dtypes``: 4 for a
+    multiply-add kernel (matmul, tensordot, an einsum of two chunks) when any of them
+    is complex (a complex multiply-add is 4 real multiply-adds), else 1 (elementwise
+    kernels are memory bound: their cost grows with the itemsize, see the time model).
+
+    >>> flop_factor(get_kernel("matmul"), ["complex128"]), flop_factor(get_kernel("matmul"), ["float64"])
+    (4, 1)
+    """
+    if not any(np.dtype(d).kind == "c" for d in dtypes):
+        return 1
+    parts = getattr(kernel, "name", "").split("∘")
+    arity = getattr(kernel, "arity", 1)
+    if any(p.startswith(("matmul", "tensordot", "dot")) or (p == "einsum" and arity == 2) for p in parts):
+        return 4
+    return 1
 
 
 # ---------------------------------------------------------------------------
@@ -565,8 +598,8 @@ def _sub_dtype(a, b) -> np.dtype:
 _binary_elementwise("sub", _sub, dtype=_sub_dtype)
 _binary_elementwise("mul", _mul, associative=True, commutative=True, identity=1.0)
 _binary_elementwise("div", _div, dtype=lambda a, b: np.true_divide(np.ones(1, a), np.ones(1, b)).dtype)
-_binary_elementwise("min", _min, associative=True, commutative=True, identity=float("inf"))
-_binary_elementwise("max", _max, associative=True, commutative=True, identity=float("-inf"))
+_binary_elementwise("min", _min, associative=True, commutative=True, identity=float("inf"), dtype=_ordered)
+_binary_elementwise("max", _max, associative=True, commutative=True, identity=float("-inf"), dtype=_ordered)
 
 
 def _matmul(a, b): return array_module(a, b).matmul(a, b)
@@ -643,6 +676,9 @@ def _log(x): return array_module(x).log(x)
 def _abs(x): return array_module(x).abs(x)
 def _sqrt(x): return array_module(x).sqrt(x)
 def _tanh(x): return array_module(x).tanh(x)
+def _conj(x): return array_module(x).conjugate(x)
+def _real(x): return array_module(x).real(x).copy()  # (a contiguous copy, not a strided view)
+def _imag(x): return array_module(x).imag(x).copy()
 
 
 def _diag(x):
@@ -674,18 +710,21 @@ def _square_2d(s: Shape) -> Shape:
 
 _unary("identity", _ident, distributes_over={"add", "sub", "mul", "div", "min", "max", "matmul"}, flops=lambda s: 0,
        elementwise=True)
-_unary("relu", _relu, distributes_over=_MONOTONE, elementwise=True)
+_unary("relu", _relu, dtype=_ordered, distributes_over=_MONOTONE, elementwise=True)
 _unary("exp", _exp, dtype=_promote_float, distributes_over=_MONOTONE, elementwise=True)
 _unary("log", _log, dtype=_promote_float, distributes_over=_MONOTONE, elementwise=True)
 _unary("sqrt", _sqrt, dtype=_promote_float, distributes_over=_MONOTONE, elementwise=True)
 _unary("tanh", _tanh, dtype=_promote_float, distributes_over=_MONOTONE, elementwise=True)
-_unary("abs", _abs, elementwise=True)
+_unary("abs", _abs, dtype=_real_of, elementwise=True)
+_unary("conj", _conj, distributes_over=_LINEAR, elementwise=True)
+_unary("real", _real, dtype=_real_of, elementwise=True)
+_unary("imag", _imag, dtype=_real_of, elementwise=True)
 _unary("neg", _neg, dtype=_no_bool, distributes_over=_LINEAR, elementwise=True)
 _unary("transpose", _transpose, shape=lambda s: _square_2d(s)[::-1],
        distributes_over=_LINEAR | {"mul", "div"} | _MONOTONE, flops=lambda s: 0)
 _unary("diag", _diag, shape=_square_2d, distributes_over=_LINEAR | {"mul"} | _MONOTONE)
 _unary("row_sum", _row_sum, shape=_row_reduce_shape, dtype=_sum_dtype, distributes_over=_LINEAR)
-_unary("row_max", _row_max, shape=_row_reduce_shape, distributes_over={"max"})
+_unary("row_max", _row_max, shape=_row_reduce_shape, dtype=_ordered, distributes_over={"max"})
 
 
 def scale(c: float) -> Kernel:

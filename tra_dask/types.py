@@ -111,7 +111,9 @@ def check_extents(shape, where: str, *, what: str = "shape") -> Shape:
     an int — a float (even ``4.0``, as numpy refuses it: ``int(2.5)`` would make a
     dim of 2), a string, a bool, None, NaN or an infinity — and for a shape that is
     not a sequence (a string is not one); a ValueError for an extent < 1 (zero:
-    tra_dask arrays have no empty axes), one >= 2**63 (it does not fit in int64) and
+    relations, and the constructors that make data, have no empty axes; an empty
+    numpy or dask array given to ``td.from_array`` is the front-end's, which knows
+    every result over it from shapes alone), one >= 2**63 (it does not fit in int64) and
     more than :data:`MAX_RANK` dims.
 
     >>> check_extents((np.int64(2), 3), "f")

@@ -1,6 +1,6 @@
 """The array front-end: numpy-style expressions and einsum over numpy, dask and
 cupy arrays and TRA relations, with the chunking chosen by the optimizer."""
 
-from .array import Array, asarray, dot, einsum, from_array, from_region, matmul, tensordot
+from .array import Array, asarray, dot, einsum, from_array, from_region, matmul, outer, tensordot, vdot
 
-__all__ = ["Array", "asarray", "dot", "einsum", "from_array", "from_region", "matmul", "tensordot"]
+__all__ = ["Array", "asarray", "dot", "einsum", "from_array", "from_region", "matmul", "outer", "tensordot", "vdot"]

@@ -8,7 +8,13 @@ with the plan (:mod:`.chunking`), the expression becomes a TRA relation
 (``x.compute()``, ``x.to_dask_array()``) or in this process (``td.to_numpy(x)``).
 
 Every check that can fail does so here, when the expression is written: shapes
-that do not broadcast, einsum indices of two extents, ufuncs no kernel implements.
+that do not broadcast, einsum indices of two extents, ufuncs no kernel implements,
+ordering complex numbers (``max``, ``<``, ``argmin``: they have no order here).
+
+Arrays are bool, integer, floating or complex.  An axis may have extent 0 (a numpy
+or dask input): every result over an empty array is known from shapes alone (empty,
+zeros for a sum over an empty index, NaN for a mean, numpy's error for max/min), so
+it is made here, before any planning, and only non-empty results are planned.
 """
 
 from __future__ import annotations
@@ -22,10 +28,11 @@ from .chunking import check_chunking
 from .einsum import check_optimize, interleaved, parse, symbol
 from .nodes import ArgReduce, Einsum, Elementwise, Leaf, Permute, Reduce, ScalarOp, Slice, Take, Unary
 
-__all__ = ["Array", "from_array", "from_region", "asarray", "einsum", "matmul", "tensordot", "dot"]
+__all__ = ["Array", "from_array", "from_region", "asarray", "einsum", "matmul", "tensordot", "dot", "vdot",
+           "outer"]
 
 _UNARY_UFUNCS = {np.exp: "exp", np.log: "log", np.negative: "neg", np.absolute: "abs", np.sqrt: "sqrt",
-                 np.tanh: "tanh"}
+                 np.tanh: "tanh", np.conjugate: "conj"}
 _BINARY_UFUNCS = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide: "div",
                   np.maximum: "max", np.minimum: "min", np.power: "pow", np.greater: "gt",
                   np.greater_equal: "ge", np.less: "lt", np.less_equal: "le"}
@@ -34,7 +41,32 @@ _NAME = {"add": "+", "sub": "-", "mul": "*", "div": "/", "max": "maximum", "min"
 
 
 def _is_scalar(v) -> bool:
-    return isinstance(v, (numbers.Number, np.generic)) and not isinstance(v, (bool, np.bool_, complex))
+    return isinstance(v, (numbers.Number, np.generic)) and not isinstance(v, (bool, np.bool_))
+
+
+def _filled(shape, dtype, value=None) -> "Array":
+    """An array known from shapes alone: an empty one (an axis of extent 0: numpy's
+    result, held here, nothing to plan), or ``value`` everywhere (a sum over an empty
+    axis: zeros; made where the plan puts it, like a ``from_region`` array)."""
+    from .chunk_ops import full_region
+
+    shape, dtype = tuple(int(n) for n in shape), np.dtype(dtype)
+    label = f"{'x'.join(map(str, shape)) or 'scalar'} {dtype}"
+    if 0 in shape:
+        return Array(Leaf(shape, dtype, data=np.empty(shape, dtype), kind="numpy", name=f"empty[{label}]"))
+    v = np.asarray(0 if value is None else value, dtype=dtype)[()]
+    if not shape:
+        return Array(Leaf(shape, dtype, data=np.asarray(v), kind="numpy", name=f"{v!r}"))
+    return Array(Leaf(shape, dtype, data=full_region(v), kind="function", name=f"full[{label} {v!r}]"))
+
+
+def _refuse_complex(where: str, *dtypes):
+    """Ordering ops (maximum, minimum, <, max, argmin, relu, ...) on complex values:
+    numpy orders them lexicographically; here they are refused, naming the op."""
+    bad = [np.dtype(d) for d in dtypes if np.dtype(d).kind == "c"]
+    if bad:
+        raise TypeError(f"{where}: not defined for complex numbers ({bad[0]}): they have no order; compare "
+                        f"x.real, x.imag or abs(x) instead")
 
 
 def _is_dask(x) -> bool:
@@ -69,7 +101,9 @@ def from_array(x, chunks=None, name: str | None = None) -> "Array":
         if any(n != n for n in x.shape):  # NaN: chunk sizes dask does not know yet
             raise ValueError(f"from_array: the dask array {x.name[:24]} has unknown chunk sizes {x.chunks}; "
                              f"call x.compute_chunk_sizes() first")
-        shape = _check_leaf("from_array", x.shape, x.dtype)
+        shape = _check_leaf("from_array", x.shape, x.dtype, empty=True)
+        if 0 in shape:  # nothing to hold: numpy's empty array
+            return _filled(shape, x.dtype)
         if chunks is not None:
             x = x.rechunk(chunks)
         return Array(Leaf(shape, np.dtype(x.dtype), data=x, kind="dask",
@@ -79,7 +113,9 @@ def from_array(x, chunks=None, name: str | None = None) -> "Array":
             x = np.asarray(x)
         except (TypeError, ValueError) as e:  # a ragged list, ...
             raise ValueError(f"from_array: {type(x).__name__} is not an array ({e})") from None
-    shape = _check_leaf("from_array", x.shape, x.dtype)
+    shape = _check_leaf("from_array", x.shape, x.dtype, empty=True)
+    if 0 in shape:
+        return _filled(shape, x.dtype)
     fixed = None
     if chunks is not None:
         from ..types import normalize_chunks
@@ -90,15 +126,23 @@ def from_array(x, chunks=None, name: str | None = None) -> "Array":
     return Array(Leaf(shape, np.dtype(x.dtype), data=x, kind="numpy", chunks=fixed, name=label))
 
 
-def _check_leaf(where: str, shape, dtype) -> tuple:
-    """An array input's shape as ints (:func:`tra_dask.types.check_extents`: refused
-    early when an axis is empty), and a dtype the array kernels compute in (numpy,
-    dask and region inputs alike)."""
+def _check_leaf(where: str, shape, dtype, empty: bool = False) -> tuple:
+    """An array input's shape as ints (:func:`tra_dask.types.check_extents`; an
+    axis of extent 0 only with ``empty``: a numpy or dask array may have one, a
+    ``from_region`` array may not), and a dtype the array kernels compute in (bool,
+    integer, floating or complex: numpy, dask and region inputs alike)."""
     from ..types import check_extents
 
-    shape = check_extents(shape, where)
-    if np.dtype(dtype).kind not in "biuf":
-        raise TypeError(f"{where}: dtype {np.dtype(dtype)} is not supported; use bool, integer or floating arrays")
+    if empty and isinstance(shape, (tuple, list)):
+        zero = [d for d, n in enumerate(shape) if isinstance(n, (int, np.integer)) and
+                not isinstance(n, (bool, np.bool_)) and n == 0]
+        shape = list(check_extents(tuple(1 if d in zero else n for d, n in enumerate(shape)), where))
+        shape = tuple(0 if d in zero else n for d, n in enumerate(shape))
+    else:
+        shape = check_extents(shape, where)
+    if np.dtype(dtype).kind not in "biufc":
+        raise TypeError(f"{where}: dtype {np.dtype(dtype)} is not supported; use bool, integer, floating or "
+                        f"complex arrays")
     return shape
 
 
@@ -224,9 +268,14 @@ class Array:
 
     # -- elementwise ----------------------------------------------------------
     def _binary(self, other, op, reflected=False):
+        from .chunk_ops import ORDERED
+
         where = f"td.Array {_NAME[op]}"
         if _is_scalar(other):
-            return Array(_scalar_node(self._node, op, other, reflected))
+            if op in ORDERED:
+                _refuse_complex(where, self.dtype, np.asarray(other).dtype)
+            node = _scalar_node(self._node, op, other, reflected)
+            return _filled(node.shape, node.dtype) if self.size == 0 else Array(node)
         other = _operand(other, where)
         a, b = (other, self) if reflected else (self, other)
         try:
@@ -234,7 +283,11 @@ class Array:
         except ValueError:
             raise ValueError(f"{where}: shapes {a.shape} and {b.shape} do not broadcast together "
                              f"(numpy rules: aligned from the right, equal or 1)") from None
+        if op in ORDERED:
+            _refuse_complex(where, a.dtype, b.dtype)
         dtype = BINARY_OPS[op](np.ones(1, a.dtype), np.ones(1, b.dtype)).dtype
+        if a.size == 0 or b.size == 0:
+            return _filled(shape, dtype)
         return Array(Elementwise(shape, dtype, inputs=(a._node, b._node), op=op))
 
     def __add__(self, o): return self._binary(o, "add")
@@ -257,8 +310,30 @@ class Array:
         from ..kernels import get_kernel
         from ..types import ArrayType
 
+        if name == "relu":
+            _refuse_complex("td.Array relu (numpy.maximum(x, 0))", self.dtype)
         t = get_kernel(name).out_type(ArrayType((1,) * max(self.ndim, 1), self.dtype))
+        if self.size == 0:
+            return _filled(self.shape, t.dtype)
         return Array(Unary(self.shape, t.dtype, inputs=(self._node,), kernel=name))
+
+    def conj(self):
+        """``numpy.conj``: the complex conjugate (the array itself for real dtypes)."""
+        return self._unary("conj") if self.dtype.kind == "c" else self
+
+    conjugate = conj
+
+    @property
+    def real(self):
+        """The real part (the array itself for real dtypes, as numpy's ``x.real``)."""
+        return self._unary("real") if self.dtype.kind == "c" else self
+
+    @property
+    def imag(self):
+        """The imaginary part (zeros of the array's dtype for real dtypes, as numpy's)."""
+        if self.dtype.kind == "c":
+            return self._unary("imag")
+        return _filled(self.shape, self.dtype, 0)
 
     def __matmul__(self, o): return matmul(self, o)
     def __rmatmul__(self, o): return matmul(o, self)
@@ -285,12 +360,30 @@ class Array:
         return tuple(sorted(out))
 
     def _reduce(self, op, axis, keepdims):
-        axes = self._axes(axis, f"td.Array.{op}")
+        where = f"td.Array.{op}"
+        axes = self._axes(axis, where)
+        if op != "sum":
+            _refuse_complex(where, self.dtype)
         shape = tuple(1 if a in axes else n for a, n in enumerate(self.shape) if keepdims or a not in axes)
         dtype = getattr(np, op)(np.ones((1,) * max(self.ndim, 1), self.dtype)).dtype
         if not axes and dtype == self.dtype:
             return self
+        if self.size == 0:
+            return self._empty_reduce(where, op, axes, shape, dtype)
         return Array(Reduce(shape, dtype, inputs=(self._node,), op=op, axes=axes, keepdims=bool(keepdims)))
+
+    def _empty_reduce(self, where, op, axes, shape, dtype):
+        """A reduction of an empty array, from shapes alone: numpy's value of the op
+        over no elements (0 for sum, NaN for mean, with numpy's warning; its error
+        for max and min) where a reduced axis is empty, else an empty result."""
+        empty = [a for a in axes if self.shape[a] == 0]
+        if not empty:  # (then a kept axis is empty, and so is the result)
+            return _filled(shape, dtype)
+        try:  # (numpy refuses max/min of an empty axis even when the result is empty too)
+            value = getattr(np, op)(np.empty(0, self.dtype))
+        except ValueError as e:  # max/min: no identity
+            raise ValueError(f"{where}: {e} (axis {empty[0]} of shape {self.shape} is empty)") from None
+        return _filled(shape, dtype, value)
 
     def sum(self, axis=None, keepdims=False):
         return self._reduce("sum", axis, keepdims)
@@ -304,6 +397,10 @@ class Array:
     def mean(self, axis=None, keepdims=False):
         axes = self._axes(axis, "td.Array.mean")
         n = int(np.prod([self.shape[a] for a in axes], dtype=np.int64))
+        if self.size == 0 and axes:
+            dtype = np.mean(np.ones(1, self.dtype)).dtype
+            shape = tuple(1 if a in axes else m for a, m in enumerate(self.shape) if keepdims or a not in axes)
+            return self._empty_reduce("td.Array.mean", "mean", axes, shape, dtype)
         s = self.sum(axis=axes, keepdims=keepdims) if axes else self
         if s.dtype.kind in "biu":
             return s / n  # numpy's mean of integers is float64
@@ -317,7 +414,13 @@ class Array:
                                  f"has shape {self.shape}: give an axis in {-self.ndim}..{self.ndim - 1}")
             axis = 0
         (a,) = self._axes(axis, where)
+        _refuse_complex(where, self.dtype)
         shape = tuple(n for d, n in enumerate(self.shape) if d != a)
+        if self.shape[a] == 0:
+            raise ValueError(f"{where}: attempt to get arg{op} of an empty sequence (axis {a} of shape "
+                             f"{self.shape} is empty)")
+        if self.size == 0:
+            return _filled(shape, np.int64)
         return Array(ArgReduce(shape, np.dtype(np.int64), inputs=(self._node,), op=op, axis=a))
 
     def argmin(self, axis=None):
@@ -339,6 +442,8 @@ class Array:
         perm = tuple(range(self.ndim))[::-1] if axes is None else tuple(int(a) % max(self.ndim, 1) for a in axes)
         if sorted(perm) != list(range(self.ndim)):
             raise ValueError(f"td.Array.transpose: axes {axes!r} are not a permutation of 0..{self.ndim - 1}")
+        if self.size == 0:
+            return _filled(tuple(self.shape[p] for p in perm), self.dtype)
         return Array(Permute(tuple(self.shape[p] for p in perm), self.dtype, inputs=(self._node,), perm=perm))
 
     T = property(lambda self: self.transpose())
@@ -366,10 +471,10 @@ class Array:
             start, stop, step = s.indices(n)
             if step != 1:
                 raise ValueError(f"td.Array indexing: step {step} on axis {a}; only step 1 is supported")
-            if stop <= start:
-                raise ValueError(f"td.Array indexing: the slice {s} of axis {a} (extent {n}) is empty")
-            bounds.append((start, stop))
+            bounds.append((start, max(start, stop)))
         shape = tuple(b - a for a, b in bounds)
+        if 0 in shape or self.size == 0:  # an empty slice, or a slice of an empty array: numpy's empty result
+            return _filled(tuple(m for d, m in enumerate(shape) if d not in dict(takes)), self.dtype)
         out = self if shape == self.shape else Array(Slice(shape, self.dtype, inputs=(self._node,),
                                                            bounds=tuple(bounds)))
         for a, i in reversed(takes):  # last axis first: the earlier axes keep their numbers
@@ -433,7 +538,12 @@ class Array:
         return _run.compute(self, client=client, sites=sites, **kw)
 
     def to_dask_array(self, client=None, sites=None, **kw):
-        """Run on the cluster and return a dask array backed by the result's futures."""
+        """Run on the cluster and return a dask array backed by the result's futures
+        (an empty array: a dask array of numpy's empty array; nothing runs)."""
+        if self.size == 0:
+            import dask.array as da
+
+            return da.from_array(np.empty(self.shape, self.dtype))
         return _run.submit(self, client=client, sites=sites, **kw).to_dask_array()
 
 
@@ -450,7 +560,45 @@ def _scalar_node(x, op, c, reflected):
 # einsum and friends
 
 
-def einsum(subscripts, *operands, chunks="auto", optimize="auto") -> Array:
+_CASTING = ("no", "equiv", "safe", "same_kind", "unsafe")
+
+
+def _einsum_dtype(where: str, ops, dtype, casting, order, view: bool = False):
+    """The result dtype of an einsum, checked as numpy checks ``dtype=``, ``casting=``
+    and ``order=``: every operand must cast to the result dtype (``dtype``, else the
+    operands' promotion) under ``casting`` (numpy's default for einsum: 'safe').
+    ``view``: one operand and no summed index (a transpose, a diagonal), which numpy
+    returns as a view of its operand: ``dtype`` and ``casting`` are then ignored, as
+    numpy ignores them."""
+    if not isinstance(casting, str):
+        raise TypeError(f"{where}: casting must be a str, one of {', '.join(map(repr, _CASTING))}; got {casting!r}")
+    if casting not in _CASTING:
+        raise ValueError(f"{where}: casting must be one of {', '.join(map(repr, _CASTING))} (got {casting!r})")
+    if order is not None and (not isinstance(order, str) or order.upper() not in ("K", "A", "C", "F")):
+        raise ValueError(f"{where}: order must be one of 'C', 'F', 'A', or 'K' (got {order!r}); the result is "
+                         f"assembled in C order whichever is given")
+    if dtype is None:
+        result = np.result_type(*[x.dtype for x in ops])
+    else:
+        try:
+            result = np.dtype(dtype)
+        except TypeError as e:
+            raise TypeError(f"{where}: dtype={dtype!r} is not a dtype ({e})") from None
+        if result.kind not in "biufc":
+            raise TypeError(f"{where}: dtype={result} is not supported; an einsum computes in a bool, integer, "
+                            f"floating or complex dtype")
+    if view:
+        return np.dtype(ops[0].dtype)
+    for i, x in enumerate(ops):
+        if not np.can_cast(x.dtype, result, casting=casting):
+            raise TypeError(f"{where}: operand {i} ({x.dtype}) cannot be cast to {result} under casting={casting!r}"
+                            + (" (numpy's default for einsum: pass casting='same_kind' or 'unsafe' to allow it)"
+                               if casting == "safe" else ""))
+    return np.dtype(result)
+
+
+def einsum(subscripts, *operands, chunks="auto", optimize="auto", dtype=None, casting="safe",
+           order="K") -> Array:
     """``numpy.einsum`` over arrays of any kind, as a lazy :class:`Array`.
 
     ``subscripts`` as numpy takes them: a string (``"ij,jk->ik"``, ``...``, implicit
@@ -462,6 +610,15 @@ def einsum(subscripts, *operands, chunks="auto", optimize="auto") -> Array:
     the one with the least predicted time kept), False (left to right, as
     written), an opt_einsum strategy name, or a path (opt_einsum's, or numpy's
     ``["einsum_path", (0, 1), ...]``).
+    ``dtype``, ``casting``: numpy's — the result dtype (the operands cast to it and
+    summed in it), each operand checked to cast to it under ``casting`` (``'no'``,
+    ``'equiv'``, ``'safe'`` (the default, as numpy's), ``'same_kind'``, ``'unsafe'``);
+    as in numpy, both are ignored for one operand and no summed index (numpy returns
+    a view of the operand there: a transpose or a diagonal keeps its dtype).
+    ``order``: ``'K'``, ``'A'``, ``'C'`` or ``'F'`` is accepted, and the result is
+    assembled in C order whichever is given (a td.Array has no memory layout until
+    it is computed).  An operand with an empty axis gives numpy's result from shapes
+    alone: empty, or zeros where the empty index is summed.
     """
     if not isinstance(subscripts, str):
         subscripts, operands = interleaved((subscripts, *operands))
@@ -469,6 +626,8 @@ def einsum(subscripts, *operands, chunks="auto", optimize="auto") -> Array:
         raise ValueError("einsum: no operands given")
     ops = [_operand(x, f"einsum({subscripts!r}) operand {i}") for i, x in enumerate(operands)]
     subs, out, sizes = parse(subscripts, [x.shape for x in ops])
+    view = len(ops) == 1 and set(subs[0]) <= set(out)
+    result = _einsum_dtype(f"einsum {subscripts!r}", ops, dtype, casting, order, view)
     from ..types import check_extents
 
     if isinstance(chunks, (int, np.integer)) and not isinstance(chunks, (bool, np.bool_)):
@@ -485,14 +644,18 @@ def einsum(subscripts, *operands, chunks="auto", optimize="auto") -> Array:
         given = {}
     else:
         raise ValueError(f"einsum: chunks must be 'auto', an int or {{index: block size}}, got {chunks!r}")
-    return _einsum(ops, subs, out, sizes, given, check_optimize(optimize, len(ops)))
+    return _einsum(ops, subs, out, sizes, given, check_optimize(optimize, len(ops)), dtype=result)
 
 
-def _einsum(ops, subs, out: str, sizes: dict, given=None, optimize="auto") -> Array:
-    """The einsum node of parsed subscripts (one index per axis, of any character)."""
-    dtype = np.result_type(*[x.dtype for x in ops])
+def _einsum(ops, subs, out: str, sizes: dict, given=None, optimize="auto", dtype=None) -> Array:
+    """The einsum node of parsed subscripts (one index per axis, of any character);
+    ``dtype``: the result's (numpy's promotion of the operands if None).  An empty
+    index gives the result from shapes alone (empty, or zeros: an empty sum)."""
+    dtype = np.result_type(*[x.dtype for x in ops]) if dtype is None else dtype
     if dtype == np.bool_:
         dtype = np.dtype(np.bool_)
+    if 0 in sizes.values():
+        return _filled(tuple(sizes[c] for c in out), dtype)
     node = Einsum(tuple(sizes[c] for c in out), np.dtype(dtype), inputs=tuple(x._node for x in ops),
                   subs=tuple(subs), out=out, sizes=tuple(sorted(sizes.items())),
                   chunks=tuple(sorted((given or {}).items())), optimize=optimize)
@@ -588,9 +751,38 @@ def _no_extras(name, **kw):
         raise TypeError(f"td.Array: numpy.{name} with {', '.join(bad)}= is not supported")
 
 
-def _np_einsum(*operands, optimize="auto", **kw):
+def vdot(a, b) -> Array:
+    """``numpy.vdot``: the sum of ``conj(a) * b`` over every element (``a`` conjugated
+    when complex).  numpy flattens its operands; a td.Array has no reshape, so ``a``
+    and ``b`` must have one shape."""
+    a, b = _operand(a, "vdot operand 0"), _operand(b, "vdot operand 1")
+    if a.shape != b.shape:
+        raise ValueError(f"vdot: operands of shapes {a.shape} and {b.shape}; td.vdot needs one shape (numpy "
+                         f"flattens both, and a td.Array has no reshape)")
+    idx = "".join(symbol(d) for d in range(a.ndim))
+    return _einsum([a.conj(), b], [idx, idx], "", dict(zip(idx, a.shape)))
+
+
+def outer(a, b) -> Array:
+    """``numpy.outer`` of two 1-d arrays: ``out[i, j] = a[i] * b[j]`` (numpy flattens
+    operands of other ranks; a td.Array has no reshape, so they are refused)."""
+    a, b = _operand(a, "outer operand 0"), _operand(b, "outer operand 1")
+    if a.ndim != 1 or b.ndim != 1:
+        raise ValueError(f"outer: operands of shapes {a.shape} and {b.shape}; td.outer takes 1-d arrays (numpy "
+                         f"flattens others, and a td.Array has no reshape)")
+    return _einsum([a, b], ["i", "j"], "ij", {"i": a.shape[0], "j": b.shape[0]})
+
+
+def _np_einsum(*operands, out=None, optimize="auto", dtype=None, order="K", casting="safe", **kw):
+    if out is not None:
+        raise TypeError("td.Array: numpy.einsum with out= is not supported (a td.Array is lazy; use the result)")
     _no_extras("einsum", **kw)
-    return einsum(*operands, optimize=optimize)
+    return einsum(*operands, optimize=optimize, dtype=dtype, casting=casting, order=order)
+
+
+def _np_outer(a, b, out=None):
+    _no_extras("outer", out=out)
+    return outer(a, b)
 
 
 _FUNCTIONS = {
@@ -605,6 +797,10 @@ _FUNCTIONS = {
     np.argmin: _np_arg("argmin"),
     np.argmax: _np_arg("argmax"),
     np.transpose: lambda a, axes=None: _operand(a, "numpy.transpose").transpose(axes),
+    np.vdot: vdot,
+    np.outer: _np_outer,
+    np.real: lambda val: _operand(val, "numpy.real").real,
+    np.imag: lambda val: _operand(val, "numpy.imag").imag,
 }
 if hasattr(np, "amax"):
     _FUNCTIONS.setdefault(np.amax, _FUNCTIONS[np.max])

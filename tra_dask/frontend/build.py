@@ -203,12 +203,12 @@ class Builder:
         if sub == out and dtype is None:
             return rel
         summed = [c for c in sub if c not in out]
-        if summed or dtype is not None:
+        if summed:
             rel = L.transform(rel, ops.einsum_kernel(f"{sub}->{out}", dtype))
-            if not summed:
-                return rel
             return L.aggregate(rel, tuple(sub.index(c) for c in out), "add")
         perm = tuple(sub.index(c) for c in out)
+        if dtype is not None:  # a cast (and a transpose: its key dims permuted too)
+            return _rekey(L.transform(rel, ops.einsum_kernel(f"{sub}->{out}", dtype)), [Dim(p) for p in perm])
         return L.rekey(L.transform(rel, ops.permute_kernel(perm)), project(*perm))
 
     def _contract(self, x, xs: str, y, ys: str, out: str, dtype=None):

@@ -20,12 +20,15 @@ from ..kernels import Kernel, KernelTypeError, _mul, array_module, get_kernel, o
 __all__ = [
     "einsum_kernel", "squeeze_kernel", "expand_kernel", "permute_kernel", "broadcast_kernel",
     "scalar_kernel", "take_kernel", "reduce_kernel", "argpair_kernel", "pairfold_kernel", "take_index_kernel",
-    "BINARY_OPS", "block_arange",
+    "BINARY_OPS", "ORDERED", "block_arange", "full_region",
 ]
 
 BINARY_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
               "max": np.maximum, "min": np.minimum, "pow": np.power, "gt": np.greater,
               "ge": np.greater_equal, "lt": np.less, "le": np.less_equal}
+
+
+ORDERED = frozenset({"max", "min", "gt", "ge", "lt", "le"})  # the ops that compare (no complex numbers)
 
 
 def _ufunc(xp, op: str):
@@ -47,8 +50,9 @@ def _contiguous(xp, x):
 def _einsum(*args):
     *chunks, sub, dtype = args
     xp = array_module(*chunks)
-    kw = {} if dtype is None else {"dtype": dtype}
-    return _contiguous(xp, xp.einsum(sub, *chunks, optimize=len(chunks) > 1, **kw))
+    if dtype is not None:  # numpy's einsum(dtype=): the operands cast (the front-end checked casting=), then summed
+        chunks = [c.astype(dtype, copy=False) for c in chunks]
+    return _contiguous(xp, xp.einsum(sub, *chunks, optimize=len(chunks) > 1))
 
 
 def _einsum_shape(sub: str):
@@ -258,6 +262,8 @@ def broadcast_kernel(op: str, pa: tuple, pb: tuple, rank: int) -> Kernel:
             raise KernelTypeError(f"broadcast {op}: chunks {sa} and {sb} do not broadcast") from None
 
     def dtype(da, db):
+        if op in ORDERED and "c" in (np.dtype(da).kind, np.dtype(db).kind):
+            raise KernelTypeError(f"broadcast {op}: complex numbers have no order")
         return _ufunc(np, op)(np.ones(1, da), np.ones(1, db)).dtype
 
     return Kernel(f"broadcast_{op}", _broadcast_op, 2, shape, dtype=dtype,
@@ -334,6 +340,28 @@ class block_arange:
 
     def __hash__(self):
         return hash(("block_arange", self.extent, self.block))
+
+
+class full_region:
+    """``fn(region)`` for a ``from_region`` leaf: ``value`` (a numpy scalar) over the
+    region — an einsum or reduction whose result is known from shapes alone (a sum
+    over an empty axis is zeros; a mean of one is NaN), made where the plan puts it."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __call__(self, region):
+        return np.full(tuple(s.stop - s.start for s in region), self.value, dtype=self.value.dtype)
+
+    def __eq__(self, other):
+        return (isinstance(other, full_region) and self.value.dtype == other.value.dtype
+                and self.value.tobytes() == other.value.tobytes())
+
+    def __hash__(self):
+        return hash(("full_region", str(self.value.dtype), self.value.tobytes()))
+
+    def __repr__(self):
+        return f"full({self.value!r})"
 
 
 def _pair_dtype(d):

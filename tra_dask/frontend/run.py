@@ -62,6 +62,29 @@ def _arrays(x) -> tuple:
     return xs
 
 
+def _refuse_empty(x, where: str):
+    """An array with an axis of extent 0 has numpy's empty result, held in its leaf:
+    there is no relation (chunks have extents >= 1) and nothing to plan."""
+    for a in _arrays(x):
+        if a.size == 0:
+            raise ValueError(f"{where}: the td.Array of shape {a.shape} is empty (an axis of extent 0): there is "
+                             f"nothing to plan or run; td.to_numpy(x), x.compute() and numpy.asarray(x) give "
+                             f"numpy's empty array")
+
+
+def _with_empties(x, run):
+    """``run(x)`` for the arrays of ``x`` that are not empty; the empty ones are
+    numpy's empty arrays of their shape and dtype (known without running)."""
+    xs = _arrays(x)
+    if all(a.size for a in xs):
+        return run(x)
+    if not isinstance(x, (tuple, list)):
+        return np.empty(x.shape, x.dtype)
+    rest = tuple(a for a in xs if a.size)
+    got = iter(run(rest) if rest else ())
+    return tuple(next(got) if a.size else np.empty(a.shape, a.dtype) for a in xs)
+
+
 def _fixed_path(node: Einsum):
     if node.optimize == "auto":
         return None
@@ -213,6 +236,7 @@ def build_local(x, sites: int = 1, memory_limit=None):
     from ..optimizer import optimize
     from ..optimizer.cluster import ClusterSpec
 
+    _refuse_empty(x, "td.Array.to_relation")
     spec = ClusterSpec(sites=sites) if memory_limit is None else ClusterSpec(sites=sites,
                                                                              memory_per_site=memory_limit)
     cache: dict = {}
@@ -238,6 +262,7 @@ def plan(x, client=None, sites=None, *, calibrate: bool = True, memory_limit=Non
     from ..calibration import cluster_spec
     from ..runtime import _resolve, from_dask_array, plan_for
 
+    _refuse_empty(x, "td.Array.plan")
     client = client or _current_client()
     client, workers = _resolve(client, sites)
 
@@ -267,6 +292,7 @@ def submit(x, client=None, sites=None, **kw):
 
     from ..runtime import ArrayFutures
 
+    _refuse_empty(x, "td.submit")
     name = kw.pop("name", None)
     p, client, workers = plan(x, client, sites, **kw)
     out = _submit(p, client, workers, name=name)
@@ -280,6 +306,8 @@ def compute(x, client=None, sites=None, progress: bool = False, **kw):
     relation does by default)."""
     from ..runtime.submit import _Progress
 
+    if not all(a.size for a in _arrays(x)):
+        return _with_empties(x, lambda rest: compute(rest, client, sites, progress, **kw))
     out = submit(x, client, sites, **kw)
     items = list(out) if isinstance(out, tuple) else [out]
     bar = _Progress(items) if progress else None
@@ -301,7 +329,10 @@ def compute_local_or_cluster(x):
 def evaluate_local(x, sites: int = 1, host: bool = True):
     """Evaluate ``x`` (an array or a tuple of arrays) in this process with the
     reference evaluator: numpy arrays (``host``), else each array in its chunks'
-    own module (cupy chunks give a cupy array, with no copy to the host)."""
+    own module (cupy chunks give a cupy array, with no copy to the host).  An empty
+    array is numpy's empty array (nothing runs)."""
+    if not all(a.size for a in _arrays(x)):
+        return _with_empties(x, lambda rest: evaluate_local(rest, sites, host))
     rel, _ = build_local(x, sites)
     done = to_host if host else (lambda a: a)
     if isinstance(rel, tuple):

@@ -57,8 +57,9 @@ other kernel (memory bound: its flop count is about one per element touched).  R
 are calibrated in float64; a float32 matmul runs at the spec's measured ``blas_float32``
 multiple of the float64 rate (it was taken as 2: the float32 rows of the benchmarks
 were over-predicted by 18-48% where their kernels ran 2.3x the float64 rate), other
-matmuls at the float64 rate; elementwise kernels of a narrower dtype at 8 / itemsize
-times theirs.
+matmuls at the float64 rate (complex64 at the float32 multiple, counted at 4 real
+flops per complex multiply-add: ``kernels.flop_factor``); elementwise kernels at 8 /
+itemsize times theirs (a narrower dtype faster, a complex128 one half as fast).
 A kernel task's result is a new array (one per task: ``physical.work``'s task list),
 written at the spec's ``fresh_bandwidth`` (``td.calibrate`` measures it: fast where
 the worker reuses memory it freed, as slow as a transfer where every new array
@@ -179,10 +180,10 @@ def kernel_rate(node, spec: ClusterSpec) -> float:
     # float64 rate (numpy has no BLAS for integers or float16: not faster, and not
     # measured); elementwise kernels move narrower items that many times faster
     dtype = node.type.dtype
-    if cls == "blas":
-        peak = spec.rates[cls] * (spec.blas_float32 if dtype == np.float32 else 1.0)
+    if cls == "blas":  # (complex64: cgemm's real flops run at sgemm's rate; its flops count 4 per multiply-add)
+        peak = spec.rates[cls] * (spec.blas_float32 if dtype in (np.float32, np.complex64) else 1.0)
     else:
-        peak = spec.rates[cls] * (8 / max(min(dtype.itemsize, 8), 2))
+        peak = spec.rates[cls] * _narrow(dtype)
     if cls != "blas" or not spec.blas_half_size:
         return peak
     try:  # one call's product size n (of n x n x n) on the first (interior) chunk shapes
@@ -194,14 +195,27 @@ def kernel_rate(node, spec: ClusterSpec) -> float:
     return peak / (1 + spec.blas_half_size / n)
 
 
+def _narrow(dtype) -> float:
+    """An elementwise kernel's rate multiple for ``dtype`` against float64's: 8 /
+    itemsize (memory bound; from 2 to 16 bytes: a complex128 element moves twice a
+    float64's bytes, a float16 one is not faster than an int16 one)."""
+    return 8 / max(min(np.dtype(dtype).itemsize, 16), 2)
+
+
+def _real_dtype(dtype) -> np.dtype:
+    """A complex dtype's real part (its matmul runs at that real dtype's flop rate)."""
+    dtype = np.dtype(dtype)
+    return np.empty(0, dtype).real.dtype if dtype.kind == "c" else dtype
+
+
 def _gpu_rate(node, kernel, cls: str, gpu) -> float:
     """A kernel's flops (elements) per second on the site's GPU: matmul at the device's
     rate for the dtype, lower on small products (``gpu.blas_half_size``), elementwise
     kernels at its float64 rate times 8 / itemsize."""
     dtype = node.type.dtype
     if cls != "blas":
-        return gpu.elementwise * (8 / max(min(dtype.itemsize, 8), 2)) / gpu.sharing
-    peak = gpu.blas_rate(dtype) / gpu.sharing
+        return gpu.elementwise * _narrow(dtype) / gpu.sharing
+    peak = gpu.blas_rate(_real_dtype(dtype)) / gpu.sharing
     try:
         per_call = float(kernel.flops(*[c.type.shapes[0] for c in node.children]))
     except Exception:  # an opaque shape rule: the peak

@@ -45,6 +45,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..kernels import flop_factor
 from ..logical.sources import ClusterSource, FromFunction
 from ..node import toposort
 from ..types import first_of_each, unique
@@ -202,20 +203,24 @@ class NodeWork:
         if not n or self.kind not in ("kernel", "fold"):
             return np.zeros(n)
         lay = node.layout
+        # (real flops: a complex multiply-add counts 4, kernels.flop_factor)
         if isinstance(node, LocalJoin):
             lt, rt = node.left.type, node.right.type
             lp, rp = (a[self.task_tuple] for a in lay.lineage)
             ns = len(rt.shapes)
             pair = lt.shape_ids[node.left.layout.rows[lp]] * ns + rt.shape_ids[node.right.layout.rows[rp]]
-            return _per_code(pair, lambda c: node.kernel.flops(lt.shapes[c // ns], rt.shapes[c % ns]))
+            f = flop_factor(node.kernel, (lt.dtype, rt.dtype, node.type.dtype))
+            return f * _per_code(pair, lambda c: node.kernel.flops(lt.shapes[c // ns], rt.shapes[c % ns]))
         if isinstance(node, LocalAggregate):  # a fold: k members, k - 1 calls on the output's shape
             t = node.type
             calls = np.bincount(lay.lineage[0], minlength=lay.ntuples)[self.task_tuple] - 1
             sid = t.shape_ids[lay.rows[self.task_tuple]]
-            return calls * _per_code(sid, lambda c: node.kernel.flops(t.shapes[c], t.shapes[c]))
+            f = flop_factor(node.kernel, (t.dtype,))
+            return f * calls * _per_code(sid, lambda c: node.kernel.flops(t.shapes[c], t.shapes[c]))
         it, ilay = node.input.type, node.input.layout  # a map's kernel: once per input array
         sid = it.shape_ids[ilay.rows[lay.lineage[0][self.task_tuple]]]
-        return _per_code(sid, lambda c: node.op.kernel.flops(it.shapes[c]))
+        f = flop_factor(node.op.kernel, (it.dtype, node.type.dtype))
+        return f * _per_code(sid, lambda c: node.op.kernel.flops(it.shapes[c]))
 
     def __repr__(self):
         return (f"<NodeWork {self.node._op}: {len(self.task_tuple)} {self.kind or 'no'} task(s), "
