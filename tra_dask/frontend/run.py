@@ -259,12 +259,23 @@ def build_local(x, sites: int = 1, memory_limit=None):
 
 def plan(x, client=None, sites=None, *, calibrate: bool = True, memory_limit=None):
     """``(plan, client, workers)`` for running ``x`` on a cluster."""
-    from ..calibration import cluster_spec
-    from ..runtime import _resolve, from_dask_array, plan_for
+    from ..runtime import _resolve
 
     _refuse_empty(x, "td.Array.plan")
     client = client or _current_client()
     client, workers = _resolve(client, sites)
+    return _plan_on(x, client, workers, calibrate=calibrate, memory_limit=memory_limit), client, workers
+
+
+def _plan_on(x, client, workers, *, calibrate: bool = True, memory_limit=None):
+    """The plan for ``x`` on ``workers`` of ``client``, chunking chosen with it.  The
+    runtime knows how it was made (:func:`tra_dask.runtime.submit._remember`): where
+    Dask moves the data it reads before it runs (the Active Memory Manager dropping a
+    replica), it is planned again for where the data is, as :func:`tra_dask.plan_for`'s
+    plans are."""
+    from ..calibration import cluster_spec
+    from ..runtime import from_dask_array, plan_for
+    from ..runtime.submit import _remember
 
     made: dict = {}
 
@@ -283,20 +294,30 @@ def plan(x, client=None, sites=None, *, calibrate: bool = True, memory_limit=Non
 
     spec = cluster_spec(client, calibrate_=calibrate)
     _, p, _ = _choose(x, len(workers), plan_rel, dask_source, spec, context=(tuple(workers), memory_limit, calibrate))
-    return p, client, workers
+    # the final plan is plan_rel's full search, with the chunking stage recorded before it
+    return _remember(p, p.stages[:1], objective="time", calibrate=calibrate, memory_limit=memory_limit)
 
 
 def submit(x, client=None, sites=None, **kw):
-    """Run ``x``; its :class:`~tra_dask.runtime.ArrayFutures` (a tuple of them for a tuple)."""
-    from ..runtime import submit as _submit
+    """Run ``x``; its :class:`~tra_dask.runtime.ArrayFutures` (a tuple of them for a tuple).
 
-    from ..runtime import ArrayFutures
+    Planned and sent as a relation is (:func:`tra_dask.runtime.submit`): a worker lost
+    while it is planned or sent makes it plan again on the workers there are, and the
+    results are the objects a recovery updates."""
+    from ..runtime.submit import _submit_planned
 
     _refuse_empty(x, "td.submit")
     name = kw.pop("name", None)
-    p, client, workers = plan(x, client, sites, **kw)
-    out = _submit(p, client, workers, name=name)
-    return tuple(ArrayFutures.of(o) for o in out) if isinstance(out, tuple) else ArrayFutures.of(out)
+    calibrate, memory_limit = kw.pop("calibrate", True), kw.pop("memory_limit", None)
+    if kw:
+        raise TypeError(f"submit() of an array got unexpected keyword argument(s) {sorted(kw)}")
+    options = dict(optimize=True, memory_limit=memory_limit, cost_model="exact", objective="time",
+                   calibrate=calibrate, name=name)  # what a recovery plans the expression with again
+
+    def make(client, workers):
+        return _plan_on(x, client, workers, calibrate=calibrate, memory_limit=memory_limit)
+
+    return _submit_planned(make, client or _current_client(), sites, options, array=True)
 
 
 def compute(x, client=None, sites=None, progress: bool = False, **kw):

@@ -47,6 +47,20 @@ class Submission:
         self.generations: list = [lowered] if lowered is not None else []  # each lowering that ran
 
     def recover(self, error: WorkersLeft) -> None:
+        """Run the submission again on the workers there are (see the class docstring);
+        more workers lost meanwhile (a recovery's own scatter or plan meeting another
+        loss) are recovered from too, so only a ``RuntimeError`` (no workers left, gave
+        up) or the user's own error leaves here, never ``WorkersLeft``."""
+        for attempt in range(MAX_RECOVERIES):
+            try:
+                return self._recover(error)
+            except (WorkersLeft, _Vanished) as again:  # another loss while recovering: recover from both
+                gone = set(error.gone) | set(getattr(again, "gone", ()))
+                error = WorkersLeft(f"{again} (while recovering from: {error})", gone)
+                time.sleep(0.2)
+        raise RuntimeError(f"{error} — gave up after {MAX_RECOVERIES} tries to recover") from error
+
+    def _recover(self, error: WorkersLeft) -> None:
         from ..logical import flatten_outputs
         from .resident import refresh_sources
         from .resume import resume
@@ -71,9 +85,10 @@ class Submission:
             try:
                 new = submit(expr, self.client, workers, **self.kw)
                 break
-            except (_Vanished, WorkersLeft):
+            except (_Vanished, WorkersLeft) as e:
                 if attempt == 4:
-                    raise
+                    raise RuntimeError(f"{error}; planning it again failed 5 times as workers kept "
+                                       f"leaving: {e}") from e
                 time.sleep(0.2)
         olds, news = _flatten_futures(self.plan.rebuild(self.outputs))[0], _flatten_futures(new)[0]
         if len(olds) != len(news) or len(flatten_outputs(expr)[0]) != len(news):
@@ -229,8 +244,10 @@ class RelationFutures(Mapping):
         chunks = grid_extents(self.node, f"{self.label}.to_dask_array()")
         pad = (0,) * (len(chunks) - self.type.arity)
         name = f"tra-array-{self.token}-{uuid.uuid4().hex[:6]}"
-        layer = {(name,) + k + pad: f for k, f in self._futures.items()}
-        graph = HighLevelGraph.from_collections(name, layer, dependencies=())
+        # the layer reads this object's futures when Dask reads it: a dask array taken
+        # before a recovery gives the recovered chunks after it (it also keeps this
+        # object, and with it the means to recover, alive)
+        graph = HighLevelGraph.from_collections(name, _LiveChunks(self, name, pad), dependencies=())
         return da.Array(graph, name, chunks, dtype=self.type.dtype, meta=self._meta(len(chunks)))
 
     def _meta(self, ndim: int):
@@ -357,6 +374,41 @@ class RelationFutures(Mapping):
 
 
 
+class _LiveChunks(Mapping):
+    """The graph layer of :meth:`RelationFutures.to_dask_array`: ``{(name, *index):
+    Future}`` read from the result's current futures each time Dask reads it, so that
+    the futures a recovery put in place are the ones a dask array made before it
+    computes from."""
+
+    def __init__(self, rf: RelationFutures, name: str, pad: tuple):
+        self.rf, self.name, self.pad = rf, name, pad
+
+    def _key(self, k) -> tuple:
+        return (self.name,) + k + self.pad
+
+    def __getitem__(self, key):
+        n = len(key) - 1 - len(self.pad)
+        if not (isinstance(key, tuple) and key[0] == self.name and n >= 0 and key[1 + n:] == self.pad):
+            raise KeyError(key)
+        return self.rf._futures[key[1:1 + n]]
+
+    def __iter__(self):
+        return (self._key(k) for k in self.rf._futures)
+
+    def __len__(self):
+        return len(self.rf._futures)
+
+    def __contains__(self, key):
+        try:
+            self[key]
+        except (KeyError, TypeError):
+            return False
+        return True
+
+    def __reduce__(self):  # pickled (sent anywhere) as the plain mapping of now
+        return dict, (dict(self),)
+
+
 def _chunks_by_key(results, keys) -> dict:
     """``__dask_postcompute__``: ``{TRA key: chunk}`` (runs where Dask finalises: it
     must pickle, so it is a function of the keys only)."""
@@ -369,14 +421,25 @@ class ArrayFutures(RelationFutures):
     ``client.compute(r)``, ``r.compute()`` and ``numpy.asarray(r)`` return an ndarray
     (``r.gather()`` still gives the chunks by key)."""
 
-    @classmethod
-    def of(cls, rf: RelationFutures) -> "ArrayFutures":
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self._set_extents()
+
+    def _set_extents(self) -> None:
         from ..logical.evaluate import grid_extents
 
-        new = object.__new__(cls)
-        new.__dict__.update(rf.__dict__)
-        new._extents = grid_extents(rf.node, f"{rf.label} as an array")
-        return new
+        self._extents = grid_extents(self.node, f"{self.label} as an array")
+
+    @classmethod
+    def of(cls, rf: RelationFutures) -> "ArrayFutures":
+        """``rf`` itself, as an array result (its class changed in place, not copied:
+        a copy would keep its futures when a recovery replaces ``rf``'s).  The
+        runtime makes array results as ArrayFutures from the start
+        (``runtime.submit._run(..., array=True)``)."""
+        if not isinstance(rf, cls):
+            rf.__class__ = cls
+            rf._set_extents()
+        return rf
 
     @property
     def shape(self) -> tuple:

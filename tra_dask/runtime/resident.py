@@ -47,14 +47,34 @@ def refresh_sources(expr, client: Client):
     return substitute(expr, mapping) if mapping else expr
 
 
+def _raise_users_error(src: ClusterSource, future) -> None:
+    """A chunk of a dask input failed to compute: the user's own exception (its type,
+    message and remote traceback), with a note of which input and chunk it was."""
+    exc = future.exception()
+    if isinstance(exc, BaseException):
+        note = f"(raised computing {src.name}: block key {future.key!r}, an input of a tra_dask plan)"
+        if note not in getattr(exc, "__notes__", ()):  # the client keeps one exception object per key
+            try:
+                exc.add_note(note)
+            except Exception:  # pragma: no cover - an exception that takes no notes
+                pass
+        raise exc
+    raise RuntimeError(f"{src.name}: computing block key {future.key!r} failed: {exc!r}")
+
+
 def _check_cluster_source(src: ClusterSource, client: Client) -> None:
-    """Data of another cluster, or data that is gone, cannot be an input here."""
+    """Data of another cluster, or data that is gone, cannot be an input here; a dask
+    input whose block raised raises that exception."""
+    from .futures import RelationFutures
+
     for f in _keeper_futures(src):
         if f.client is not client and getattr(f.client, "scheduler", None) is not getattr(client, "scheduler", None):
             raise ValueError(
                 f"{src.name} lives on another Dask client/cluster ({f.client}); submit it with that "
                 f"client, or gather it and use td.from_numpy"
             )
+        if f.status == "error" and not isinstance(src.keeper, RelationFutures):
+            _raise_users_error(src, f)
         if f.status in ("cancelled", "lost", "error"):
             raise RuntimeError(
                 f"{src.name}: chunk key {f.key!r} is {f.status} (its cluster was restarted or closed?); "
@@ -72,6 +92,8 @@ def _where(client: Client, sources: list, wait: bool = False) -> dict:
     who = _who_has(client, keys) if keys else {}
     if wait and len(who) < len(keys):
         _wait_done([f for src in sources for f in _keeper_futures(src) if f.key not in who], client, timeout=300)
+        for src in sources:  # a block that raised meanwhile: the user's exception
+            _check_cluster_source(src, client)
         who = _who_has(client, keys)
     return who
 
@@ -172,7 +194,7 @@ def scatter_once(client: Client, lowered) -> dict:
             continue
         try:
             sent = client.scatter(fresh, workers=[worker])
-        except KeyError as e:  # the scheduler no longer has this worker
+        except (KeyError, OSError) as e:  # the scheduler no longer has this worker, or it cannot be reached
             if worker in set(workers_info(client)):
                 raise
             raise WorkersLeft(f"worker {worker} left the cluster before this plan's data reached it", {worker}) from e

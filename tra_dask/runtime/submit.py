@@ -20,7 +20,7 @@ from ..optimizer.cache import PlanCache, signature
 from ..optimizer.objective import DEFAULT_OBJECTIVE
 from ..optimizer import optimize as _optimize
 from .cluster import WorkersLeft, _ensure_recorder, _resolve, _Vanished, workers_info
-from .futures import RelationFutures, Submission
+from .futures import ArrayFutures, RelationFutures, Submission
 from .resident import _check_plan_sources, _cluster_placements, refresh_sources, scatter_once
 
 def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool = True,
@@ -41,7 +41,7 @@ def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool =
     return plan
 
 
-_PLANNED_FOR: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # plan_for's plans -> its options
+_PLANNED_FOR: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # plan_for's (and the front-end's) plans -> options
 
 
 def _plan_for(expr, client, sites, *, optimize, memory_limit, cost_model, objective, calibrate, beam, budget):
@@ -160,33 +160,107 @@ def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: 
     """
     kw = dict(optimize=optimize, memory_limit=memory_limit, cost_model=cost_model, objective=objective,
               calibrate=calibrate, name=name)
+    if isinstance(expr_or_plan, Plan):
+        return _submit_planned(None, client, sites, kw, plan=expr_or_plan)
+
+    def make(client, workers):
+        return plan_for(expr_or_plan, client, workers, optimize=optimize, memory_limit=memory_limit,
+                        cost_model=cost_model, objective=objective, calibrate=calibrate)
+
+    return _submit_planned(make, client, sites, kw)
+
+
+def _submit_planned(make, client, sites, kw: dict, *, plan: Plan | None = None, array: bool = False):
+    """Plan and send, the one way for every submission (a relation, a Plan, the array
+    front-end's expressions): ``make(client, workers) -> Plan`` plans it on the
+    workers there are now (or ``plan``, given).  A worker that leaves while it is
+    planned or sent makes it plan again on the workers there are then (three tries,
+    unless the caller named the workers); a plan whose cluster data Dask moved since it
+    was made (the Active Memory Manager dropping the replica it placed a chunk on, a
+    rebalance) is planned again for where the data is, when it is known how it was
+    made (:func:`plan_for`'s plans, the front-end's).  ``kw``: :func:`submit`'s
+    options, which a recovery plans with again.  ``array``: the results are
+    :class:`~tra_dask.runtime.ArrayFutures`."""
+    name = kw.get("name")
     for attempt in range(3):
         client, workers = _resolve(client, sites)
-        if isinstance(expr_or_plan, Plan):
-            plan = expr_or_plan
-            if plan.sites != len(workers):
-                raise ValueError(f"the plan is for {plan.sites} sites but {len(workers)} workers were chosen")
-            try:
-                _check_plan_sources(plan, client, workers)
-            except ValueError:
-                made = _PLANNED_FOR.get(plan)
-                if made is None or plan.expr is None:
-                    raise  # a plan made by hand (or by compile/optimize): the caller chose that placement
-                # plan_for's plan, and Dask moved its data since (the Active Memory Manager, a
-                # rebalance, a restarted worker): planned again, the same way, for where it is now
-                plan = plan_for(plan.expr, client, workers, **made)
         try:
-            if not isinstance(expr_or_plan, Plan):
-                plan = plan_for(expr_or_plan, client, workers, optimize=optimize, memory_limit=memory_limit,
-                                cost_model=cost_model, objective=objective, calibrate=calibrate)
-            return _run(plan, client, workers, name, kw)
-        except (WorkersLeft, _Vanished) as e:  # a worker left while we planned or sent: plan again
-            if isinstance(expr_or_plan, Plan):
+            if plan is not None:
+                p = plan
+                if p.sites != len(workers):
+                    raise ValueError(f"the plan is for {p.sites} sites but {len(workers)} workers were chosen")
+            else:
+                p = make(client, workers)
+            p = _where_its_data_is(p, client, workers)
+            return _run(p, client, workers, name, kw, array=array)
+        except Exception as e:  # a worker left while we planned (calibrated) or sent: plan again
+            if not isinstance(e, (WorkersLeft, _Vanished)):
+                gone = _lost_meanwhile(client, workers, e)
+                if not gone:
+                    raise  # not a lost worker: the user's error, a bad argument, ...
+                lost = WorkersLeft(f"worker(s) {sorted(gone)} left the cluster while this expression was "
+                                   f"planned or sent ({type(e).__name__}: {e})", gone)
+                lost.__cause__, e = e, lost
+            if plan is not None:
                 raise RuntimeError(f"{e}; re-submit (a plan on all the workers there are now is made by "
                                    f"td.submit(expr) with no sites list)") from e
-            if not (sites is None or isinstance(sites, int)) or attempt == 2:
-                raise  # the caller named the workers (the recovery does, and tries again)
+            if not (sites is None or isinstance(sites, int)):
+                raise e  # the caller named the workers (the recovery does, and tries again)
+            if attempt == 2:
+                raise RuntimeError(f"{e}; gave up after 3 tries to plan and send it as workers kept "
+                                   f"leaving") from e
             time.sleep(0.2)
+
+
+def _lost_meanwhile(client: Client, workers: list[str], error: BaseException) -> set:
+    """Those of ``workers`` the scheduler no longer has, after ``error`` ended a
+    planning or sending step: a call that met a worker as it died (a closed comm in a
+    ``client.run``) may fail before the scheduler has removed it, so after a
+    connection error it is asked again for up to two seconds."""
+    deadline = time.monotonic() + (2.0 if isinstance(error, OSError) else 0.0)
+    while True:
+        try:
+            gone = set(workers) - set(workers_info(client))
+        except Exception:
+            return set()
+        if gone or time.monotonic() >= deadline:
+            return gone
+        time.sleep(0.1)
+
+
+def _where_its_data_is(plan: Plan, client: Client, workers: list[str]) -> Plan:
+    """``plan``, or, where the cluster data it reads is no longer where it places it
+    (the Active Memory Manager dropped that replica, a rebalance, a restarted worker)
+    and it is known how the plan was made, that plan made again for where the data
+    is now.  A plan made by hand (or by compile/optimize) raises: the caller chose
+    that placement."""
+    try:
+        _check_plan_sources(plan, client, workers)
+        return plan
+    except ValueError:
+        made = _PLANNED_FOR.get(plan)
+        if made is None or plan.expr is None:
+            raise
+    options = dict(made)
+    before = options.pop("stages", ())  # steps before the optimizer (the front-end's chunking)
+    fresh = plan_for(plan.expr, client, workers, **options)
+    for stage in reversed(before):
+        fresh = fresh.with_stage(stage)
+    _PLANNED_FOR[fresh] = made
+    return fresh
+
+
+def _remember(plan: Plan, stages=(), **options) -> Plan:
+    """Record how a plan that :func:`plan_for` made with ``options`` and that was then
+    given earlier ``stages`` (:meth:`Plan.with_stage`: the array front-end's choice of
+    chunking) can be made again, as for :func:`plan_for`'s own plans."""
+    defaults = dict(optimize=True, memory_limit=None, cost_model="exact", objective=None, calibrate=True,
+                    beam=None, budget=None)
+    unknown = set(options) - set(defaults)
+    if unknown:
+        raise TypeError(f"_remember: unknown option(s) {sorted(unknown)}")
+    _PLANNED_FOR[plan] = {**defaults, **options, "stages": tuple(stages)}
+    return plan
 
 
 def memory_fraction() -> tuple[float, str]:
@@ -285,7 +359,8 @@ def _trim_and_measure(dask_worker):
     return int(limit), max(0, int(held))
 
 
-def _run(plan: Plan, client: Client, workers: list[str], name: str | None = None, kw: dict | None = None):
+def _run(plan: Plan, client: Client, workers: list[str], name: str | None = None, kw: dict | None = None,
+         array: bool = False):
     token = uuid.uuid4().hex[:10]
     lowered = lower(plan, workers, token)
     recorded = _ensure_recorder(client)
@@ -305,6 +380,7 @@ def _run(plan: Plan, client: Client, workers: list[str], name: str | None = None
     wanted = sorted({k for o in lowered.outputs for k in o.values() if k in in_graph}, key=str)
     futures = dict(zip(wanted, client.get(lowered.graph(), wanted, sync=False))) if wanted else {}
     results, submission = [], Submission(plan, client, kw or {"name": name}, lowered)
+    kind = ArrayFutures if array else RelationFutures  # the same object the recovery updates
     for node, keys in zip(plan.outputs, lowered.outputs):
         futs = {}
         for tra_key, dk in keys.items():
@@ -314,7 +390,7 @@ def _run(plan: Plan, client: Client, workers: list[str], name: str | None = None
                 futs[tra_key] = keepalive[dk]
             else:
                 futs[tra_key] = Future(dk, client)
-        results.append(RelationFutures(futs, plan, node, client, lowered, started, keepalive, recorded, submission))
+        results.append(kind(futs, plan, node, client, lowered, started, keepalive, recorded, submission))
     submission.outputs = results
     return plan.rebuild(results)
 
