@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import tra_dask as td  # noqa: E402
 from _harness import start_cluster  # noqa: E402
 from _report import README, write_section  # noqa: E402
-from tra_dask.dashboard import API, PAGE, TraScheduler  # noqa: E402
+from tra_dask.runtime.dashboard import API, PAGE, TraScheduler  # noqa: E402
 from tra_dask.programs import matmul, random_uniform  # noqa: E402
 
 TITLE = "dashboard under load"
@@ -203,9 +203,9 @@ def main(argv=None):
     p.add_argument("--no-write", dest="write", action="store_false")
     args = p.parse_args(argv)
 
-    import tra_dask.dashboard
+    import tra_dask.runtime.dashboard
 
-    print("tra_dask.dashboard from", tra_dask.dashboard.__file__)
+    print("tra_dask.runtime.dashboard from", tra_dask.runtime.dashboard.__file__)
     client = start_cluster(2)
     try:
         # as the runtime's _ensure_recorder, with room for the real plans next to the synthetic ones

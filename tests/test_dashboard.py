@@ -98,7 +98,7 @@ class _TS:
 def test_live_count_follows_the_scheduler_transitions():
     """One fetch per (chunk, worker) however many tasks wait for it; a chunk dropped
     and needed again moves again; named plans are titled by their name."""
-    from tra_dask.dashboard import TraScheduler
+    from tra_dask.runtime.dashboard import TraScheduler
 
     w0, w1 = _WS("tcp://w0"), _WS("tcp://w1")
     a = _TS(("source-0-t", 0), 800)
@@ -154,7 +154,7 @@ def _record(token: str, ntasks: int, extra=()) -> dict:
 
 
 def _plugin():
-    from tra_dask.dashboard import TraScheduler
+    from tra_dask.runtime.dashboard import TraScheduler
 
     plugin = TraScheduler()
     plugin.scheduler = type("Scheduler", (), {"tasks": {}})()
@@ -190,7 +190,7 @@ def test_plans_expire_by_count_and_by_age():
         assert "1 plan(s)" in page and "p4" in page and "p3" not in page and "3 / 32 tasks done" in page
         plugin.plans["p4"].active -= 7200
         assert "No TRA plan" in plugin.render_page() and plugin.render_json() == "[]"
-    from tra_dask.dashboard import DEFAULTS
+    from tra_dask.runtime.dashboard import DEFAULTS
 
     assert DEFAULTS == {"tra-dask.dashboard.keep-plans": 50, "tra-dask.dashboard.keep-seconds": "1h",
                         "tra-dask.dashboard.page-plans": 10}

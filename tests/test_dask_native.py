@@ -330,7 +330,7 @@ def test_array_results_compute_to_arrays(client):
 
 
 def test_a_submission_has_the_name_given_on_the_dashboard(client):
-    from tra_dask.dashboard import TraScheduler
+    from tra_dask.runtime.dashboard import TraScheduler
 
     x, C = _mm(seed=4)
     rf = td.submit(C, client=client, name="my product")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tra_dask as td
-from tra_dask.calibration import _gpu_rates, _gpu_spec_of
+from tra_dask.runtime.calibrate import _gpu_rates, _gpu_spec_of
 from tra_dask.kernels import content_digest, is_device, on_device_of, to_host
 from tra_dask.optimizer.time import node_seconds_per_site, write_bandwidth
 from tra_dask.physical import Broadcast, LocalAggregate, LocalJoin, Shuffle

@@ -288,7 +288,7 @@ def test_an_objective_object_brings_its_own_cluster_and_memory_limit(cluster):
 def test_a_replaced_worker_on_the_same_host_is_not_calibrated_again():
     """The spec is cached per cluster shape (hosts and threads), not per worker
     address: a recovery that replaces a worker plans on the spec measured before."""
-    from tra_dask.calibration import _shape
+    from tra_dask.runtime.calibrate import _shape
 
     a = {"tcp://127.0.0.1:4001": {"nthreads": 1}, "tcp://127.0.0.1:4002": {"nthreads": 1}}
     b = {"tcp://127.0.0.1:4001": {"nthreads": 1}, "tcp://127.0.0.1:4999": {"nthreads": 1}}
@@ -302,7 +302,7 @@ def test_a_cluster_that_lost_a_worker_plans_on_the_spec_measured_before(monkeypa
     """A recovery plans on the survivors: the spec measured with them (and the lost
     worker), for fewer sites — not a new calibration while the cluster is in flux.
     One more worker than was measured is calibrated."""
-    from tra_dask import calibration
+    from tra_dask.runtime import calibrate as calibration
 
     class Sched:
         address = "tcp://127.0.0.1:9999"
@@ -336,7 +336,7 @@ def test_a_cluster_that_lost_a_worker_plans_on_the_spec_measured_before(monkeypa
 
 
 def test_a_kept_spec_named_by_the_dask_config_replaces_calibration(monkeypatch, tmp_path):
-    from tra_dask import calibration
+    from tra_dask.runtime import calibrate as calibration
 
     class Sched:
         address = "tcp://127.0.0.1:9998"
@@ -364,7 +364,7 @@ def test_a_kept_spec_named_by_the_dask_config_replaces_calibration(monkeypatch, 
 def test_calibrated_rates_are_throughput_over_a_window():
     """Workers sharing a core run some repetitions at full speed and some not at all:
     the calibrated rate is the work over the whole window, not the fastest call."""
-    from tra_dask.calibration import _throughput
+    from tra_dask.runtime.calibrate import _throughput
 
     now = [0.0]
     steps = iter([1.0, 9.0] * 10)  # calls alternately fast and slow (a core shared with another worker)
@@ -384,7 +384,7 @@ def test_bandwidth_is_measured_with_every_worker_moving_at_once():
     hosts every worker from one on another host."""
     from collections import Counter
 
-    from tra_dask.calibration import _rings
+    from tra_dask.runtime.calibrate import _rings
 
     def every_worker_once(pairs, workers):
         return Counter(s for s, _ in pairs) == Counter(d for _, d in pairs) == Counter(workers)

@@ -105,7 +105,7 @@ def __getattr__(name):
     if name in _CALIBRATE:
         import importlib
 
-        return getattr(importlib.import_module(".calibration", __name__), name)
+        return getattr(importlib.import_module(".runtime.calibrate", __name__), name)
     raise AttributeError(f"module 'tra_dask' has no attribute {name!r}")
 
 __all__ = [

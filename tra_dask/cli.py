@@ -74,7 +74,7 @@ def make_plan(args, C, client=None):
     if args.compiled:
         plan = compiled_plan(C, sites=args.sites)
     elif client is not None:
-        from .calibration import cluster_spec
+        from .runtime.calibrate import cluster_spec
         from .runtime import plan_for
 
         spec = cluster_spec(client)  # timed apart from the search: the first plan on a cluster measures it

@@ -273,7 +273,7 @@ def _plan_on(x, client, workers, *, calibrate: bool = True, memory_limit=None):
     Dask moves the data it reads before it runs (the Active Memory Manager dropping a
     replica), it is planned again for where the data is, as :func:`tra_dask.plan_for`'s
     plans are."""
-    from ..calibration import cluster_spec
+    from ..runtime.calibrate import cluster_spec
     from ..runtime import from_dask_array, plan_for
     from ..runtime.submit import _remember
 

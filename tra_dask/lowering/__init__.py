@@ -45,6 +45,7 @@ from ..kernels import content_digest, data_address, is_device
 from ..physical import (Broadcast, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PSource, Shuffle, result_copies)
 from ..physical.work import NodeWork, PlanWork, plan_work
 from . import tasks
+from .keys import data_key, task_name
 
 __all__ = ["lower", "Lowered"]
 
@@ -92,7 +93,7 @@ def lower(plan, workers: list, token: str) -> Lowered:
     for n, t in work.into:
         inner.setdefault(n, set()).add(t)
     for i, node in enumerate(work.order):
-        name = f"{node._op}-{i}-{token}"
+        name = task_name(node._op, i, token)
         w = work[node]
         task_keys = [(name, int(j)) for j in w.task_tuple.tolist()]
         for t in inner.get(node, ()):
@@ -167,7 +168,7 @@ def _visit_source(node: PSource, w: NodeWork, task_keys: list, out: Lowered):
                     token = names(chunk)
                 else:
                     token = _content_token(chunk)
-                key = task_keys[j] = (f"tra-data-{_tag(owner)}-{token}", worker) + tuple(int(v) for v in tk)
+                key = task_keys[j] = data_key(_tag(owner), token, worker, tk)
                 out.scatter_owner[key] = owner
             out.scatter[worker][key] = chunk
             out.planned[key] = worker

@@ -17,7 +17,7 @@ import dask
 from distributed import Client, Future, LocalCluster, Security
 from distributed.system import MEMORY_LIMIT
 
-from ..dashboard import TraScheduler
+from .dashboard import TraScheduler
 
 # Measured facts (ARCHITECTURE §5): the transfer log must not wrap during a submission,
 # and tasks pinned to a worker that died must error rather than wait forever.

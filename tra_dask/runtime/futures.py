@@ -10,7 +10,7 @@ import dask
 import numpy as np
 from distributed import Client
 
-from ..dashboard import TraScheduler, _set_measured, page_link
+from .dashboard import TraScheduler, _set_measured, page_link
 from ..kernels import device_module, to_host
 from ..logical import ClusterSource, to_numpy
 from ..lowering import Lowered

@@ -21,19 +21,14 @@ resume.
 
 from __future__ import annotations
 
-import re
 import time
 
 import dask
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from ..lowering.keys import is_tra_key
+
 KEEPER = "tra-dask-keeper"
-_TASK = re.compile(r"^[A-Za-z]+-\d+-[0-9a-f]{10}$")  # the lowering's task keys: (f"{op}-{node}-{token}", i)
-
-
-def is_tra_key(key) -> bool:
-    return (isinstance(key, tuple) and len(key) >= 2 and isinstance(key[0], str)
-            and (key[0].startswith("tra-data-") or _TASK.match(key[0]) is not None))
 
 
 def hold_seconds() -> float:

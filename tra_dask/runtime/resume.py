@@ -37,6 +37,7 @@ from distributed import Future
 
 from ..logical import ClusterSource
 from ..lowering import Lowered, lower, tasks
+from ..lowering.keys import stem, with_token
 from ..physical import PSource
 from .cluster import workers_info
 from .resident import _check_cluster_source, scatter_once
@@ -67,8 +68,7 @@ def resume(sub, error) -> bool:
     scattered = {k: w for w, d in new.scatter.items() for k in d}
 
     def earlier(key) -> list:  # the same task under every earlier lowering, newest first
-        stem = key[0].rsplit("-", 1)[0]
-        return [(f"{stem}-{g.token}", key[1]) for g in reversed(gens)]
+        return [(with_token(key[0], g.token), key[1]) for g in reversed(gens)]
 
     current = [dict(rf._futures) for rf in outputs]
     candidates = {old for k in task_of for old in earlier(k)} | {f.key for fs in current for f in fs.values()}
@@ -116,7 +116,7 @@ def resume(sub, error) -> bool:
     # that holds most of its inputs: the work spreads as the plan spread it, and
     # chains stay together where that costs no balance
     def group(k):  # an operator's tasks; an array's chunks ("tra-data-<array tag>-<content token>")
-        return k[0].rsplit("-", 1)[0]
+        return stem(k[0])
 
     target = {k: held[alias[k]] for k in alias}
     target.update({k: new.planned[k] for k in needed if k in scattered and new.planned[k] in alive})

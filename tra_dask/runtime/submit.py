@@ -11,10 +11,11 @@ from collections import Counter
 import dask
 from distributed import Client, Future
 
-from ..dashboard import _add_plan
+from .dashboard import _add_plan
 from ..logical import ClusterSource, Relation, on_device
 from ..logical.nodes import toposort
 from ..lowering import Lowered, lower
+from ..lowering.keys import task_name
 from ..optimizer import NoPlanFits, Plan, compile
 from ..optimizer.cache import PlanCache, signature
 from ..optimizer.objective import DEFAULT_OBJECTIVE
@@ -60,7 +61,7 @@ def _plan_for(expr, client, sites, *, optimize, memory_limit, cost_model, object
         memory_limit = room = _memory_budget(client, workers)
     cluster = None
     if objective == "time":
-        from ..calibration import cluster_spec
+        from .calibrate import cluster_spec
 
         cluster = cluster_spec(client, calibrate_=calibrate, workers=workers).with_sites(len(workers))
         cluster = cluster if on_device(expr) else cluster.on_host()  # GPU terms for device data only
@@ -413,7 +414,8 @@ def _publish(plan: Plan, lowered: Lowered, client: Client, name: str | None = No
         "name": name,
         # the plan's operators in lowering order: task keys of operator i are (f"{op}-{i}-{token}", j)
         "nodes": [
-            {"index": i, "op": n._op, "label": n.label, "prefix": f"{n._op}-{i}-{lowered.token}", "params": n._fmt_params()[:120],
+            {"index": i, "op": n._op, "label": n.label, "prefix": task_name(n._op, i, lowered.token),
+             "params": n._fmt_params()[:120],
              "inputs": [index[c] for c in n.children],
              # its own tasks: those fused into a reader run inside the reader's task
              "tasks": int(len(lowered.work[n].task_site)) - fused.get(n, 0), "fused": fused.get(n, 0)}

@@ -66,8 +66,8 @@ from urllib.parse import urlsplit
 import dask
 import numpy as np
 
-from .optimizer.cluster import ClusterSpec, GpuSpec
-from .runtime import workers_info
+from ..optimizer.cluster import ClusterSpec, GpuSpec
+from .cluster import workers_info
 
 __all__ = ["calibrate", "cluster_spec", "set_cluster_spec"]
 
@@ -262,8 +262,9 @@ def _blas_fit(r_small: float, r_large: float, small: int = 64, large: int = 512)
 def _overheads(client, workers) -> tuple[float, float]:
     """``(per submission, per task)`` seconds: plans on tiny chunks with few and many
     tasks, each the best of three runs, and the line through them."""
-    from . import optimize, submit
-    from .programs import matmul, random_uniform
+    from ..optimizer import optimize
+    from ..programs import matmul, random_uniform
+    from .submit import submit
 
     points = []
     for n in (1, 6):
@@ -295,10 +296,11 @@ def _in_situ(client, workers, spec: ClusterSpec, build, shape: tuple, chunk: int
     import dask.array as da
     from distributed import futures_of
 
-    from .optimizer import optimize as _optimize
-    from .optimizer.time import plan_seconds
-    from .runtime import _wait_done, from_dask_array, submit
-    from .runtime.resident import _cluster_placements, refresh_sources
+    from ..optimizer import optimize as _optimize
+    from ..optimizer.time import plan_seconds
+    from .cluster import _wait_done
+    from .resident import _cluster_placements, from_dask_array, refresh_sources
+    from .submit import submit
 
     rng = da.random.default_rng(7)
     a, b = (client.persist(rng.random(shape, chunks=chunk)) for _ in range(2))
@@ -344,7 +346,7 @@ def _in_situ_blas(client, workers, spec: ClusterSpec, chunk: int = 1024) -> floa
     above the measured peak."""
     import math
 
-    from .programs import matmul
+    from ..programs import matmul
 
     p = max(2, math.ceil(len(workers) ** (1 / 3) - 1e-9))
     peak = spec.rates["blas"]
@@ -467,7 +469,7 @@ def _bandwidth(client, pairs: list, nbytes: int, rounds: int = 3, make=None) -> 
     calibrations of one 2-worker cluster minutes apart).  Waits through the client
     given (:func:`~tra_dask.runtime.cluster._wait_done`): ``distributed.wait`` asks
     for the default client, which a ``Client(..., set_as_default=False)`` is not."""
-    from .runtime.cluster import _wait_done
+    from .cluster import _wait_done
 
     dests = [d for _, d in pairs]
 
