@@ -174,6 +174,32 @@ def test_in_process_data_is_sent_once(client):
         del client.scatter
 
 
+def test_one_array_under_two_chunkings_is_sent_once_each(client):
+    """A loop that uses one array under two chunkings keeps both cuts on the workers
+    (they used to evict each other's: every submit sent the array again)."""
+    sent = []
+    scatter = client.scatter
+
+    def spy(data, *a, **k):
+        sent.append(sum(v.nbytes for v in data.values()))
+        return scatter(data, *a, **k)
+
+    client.scatter = spy
+    try:
+        rng = np.random.default_rng(9)
+        x, y = rng.random((400, 300)), rng.random((300, 200))
+        Y = td.from_numpy(y, (150, 100), name="Y")
+        cuts = [td.from_numpy(x, (100, 150), name="X100"), td.from_numpy(x, (200, 150), name="X200")]
+        for turn in range(4):
+            sent.clear()
+            rf = td.submit(matmul(cuts[turn % 2], Y), client=client)
+            np.testing.assert_allclose(rf.to_numpy(), x @ y, rtol=1e-12)
+            if turn >= 2:  # both cuts (and Y) are on the workers from the first round
+                assert sum(sent) == 0, (turn, sent)
+    finally:
+        del client.scatter
+
+
 def test_a_repeated_submission_hashes_each_array_once_not_its_chunks(client, monkeypatch):
     """Naming in-process chunks by content hashes data on every submission; a strided
     chunk is copied to be hashed.  Unchanged arrays are hashed whole (no copy), their

@@ -59,6 +59,7 @@ class Lowered:
     layers: dict = field(default_factory=lambda: defaultdict(dict))   # worker -> {key: Task}
     scatter: dict = field(default_factory=lambda: defaultdict(dict))  # worker -> {key: chunk}
     scatter_owner: dict = field(default_factory=dict)  # scattered key -> the array it came from
+    scatter_region: dict = field(default_factory=dict)  # scattered key -> (address, shape) of its chunk in it
     node_keys: dict = field(default_factory=dict)  # PNode -> [dask key per physical tuple]
     planned: dict = field(default_factory=dict)    # dask key -> worker, for every task
     outputs: list = field(default_factory=list)    # per output: {TRA key: dask key}
@@ -170,6 +171,7 @@ def _visit_source(node: PSource, w: NodeWork, task_keys: list, out: Lowered):
                     token = _content_token(chunk)
                 key = task_keys[j] = data_key(_tag(owner), token, worker, tk)
                 out.scatter_owner[key] = owner
+                out.scatter_region[key] = (data_address(chunk), tuple(chunk.shape))
             out.scatter[worker][key] = chunk
             out.planned[key] = worker
     if names is not None:

@@ -176,7 +176,7 @@ def scatter_once(client: Client, lowered) -> dict:
     already sent to that worker: ``{key: Future}`` for all of them.
 
     A chunk's key names its content, position and worker (see the lowering); one
-    copy per (array, position, worker) is kept — the latest: changed data has
+    copy per (array, region of it, position, worker) is kept — the latest: changed data has
     another key and is sent again, replacing the old copy — while the array it came
     from lives in this process (or until :func:`drop_scattered`)."""
     cache = _SCATTERED.setdefault(client, {})
@@ -185,7 +185,7 @@ def scatter_once(client: Client, lowered) -> dict:
         fresh = {}
         for key, chunk in data.items():
             owner = lowered.scatter_owner.get(key)
-            hit = cache.get((id(owner),) + key[1:]) if owner is not None else None
+            hit = cache.get(_slot(lowered, key)) if owner is not None else None
             if hit is not None and hit[0] == key and hit[1].status == "finished":
                 out[key] = kept[key] = hit[1]
             else:
@@ -201,7 +201,7 @@ def scatter_once(client: Client, lowered) -> dict:
         out.update(sent)
         for key, f in sent.items():
             owner = lowered.scatter_owner.get(key)
-            slot = (id(owner),) + key[1:]
+            slot = _slot(lowered, key)
             try:  # kept while its array lives here
                 weakref.finalize(owner, _forget, weakref.ref(client), slot, key)
             except TypeError:  # not weak-referenceable (or not content-named): not kept
@@ -213,6 +213,14 @@ def scatter_once(client: Client, lowered) -> dict:
         except Exception:  # a scheduler that cannot import tra_dask: copies may stay (fewer bytes move)
             pass
     return out
+
+
+def _slot(lowered, key) -> tuple:
+    """Where the scatter cache keeps a sent chunk: its array, its region of it, its
+    worker and its place in the relation.  The region is part of it, so that two
+    chunkings of one array (a loop that uses it under both) keep both cuts instead of
+    evicting each other's."""
+    return (id(lowered.scatter_owner.get(key)), lowered.scatter_region.get(key)) + key[1:]
 
 
 def _drop_replicas(dask_scheduler, homes: dict) -> None:

@@ -152,6 +152,7 @@ def resume(sub, error) -> bool:
             gen.scatter[w][k] = new.scatter[scattered[k]][k]
             if k in new.scatter_owner:
                 gen.scatter_owner[k] = new.scatter_owner[k]
+                gen.scatter_region[k] = new.scatter_region.get(k)
     gen.outputs = [{tk: (kept[o][tk].key if tk in kept[o] else nk) for tk, nk in keys.items()}
                    for o, keys in enumerate(new.outputs)]
 
@@ -160,6 +161,7 @@ def resume(sub, error) -> bool:
     sent = scatter_once(client, gen)
     gen.scatter = {w: dict.fromkeys(d) for w, d in gen.scatter.items()}
     gen.scatter_owner = {}
+    gen.scatter_region = {}
     wanted = sorted({k for k in roots if k in task_of}, key=str)
     futures = dict(zip(wanted, client.get(gen.graph(), wanted, sync=False))) if wanted else {}
     for o, rf in enumerate(outputs):

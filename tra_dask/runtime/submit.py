@@ -373,6 +373,7 @@ def _run(plan: Plan, client: Client, workers: list[str], name: str | None = None
     # sent: keep the keys (transfers() reads them), not this process's copies of the data
     lowered.scatter = {w: dict.fromkeys(d) for w, d in lowered.scatter.items()}
     lowered.scatter_owner = {}
+    lowered.scatter_region = {}
     for node in toposort(plan.outputs):  # cluster-resident sources stay alive while we run
         src = getattr(node, "source", None)
         if isinstance(src, ClusterSource):
