@@ -238,6 +238,18 @@ class Plan:
             if len(self.outputs) > 1:
                 lines.append(f"  output {i}:")
             walk(o, 1 if len(self.outputs) > 1 else 0)
+        from .bounds import plan_lower_bound
+
+        bound = plan_lower_bound(self)  # one two-operand contraction: its traffic against the lower bound
+        if bound is not None:
+            per_site = c.floats_moved / self.sites
+            what = (f"  communication lower bound for {bound['spec']} (b, m, k, n = "
+                    f"{', '.join(map(str, bound['dims']))}; Al Daas et al. 2022): ")
+            if bound["total"]:
+                lines.append(what + f"{bound['per_site']:,.0f} floats per site; this plan moves {per_site:,.0f} "
+                             f"per site, {bound['ratio']:.2f}x the bound (a plan with balanced flops cannot be under 1x)")
+            else:
+                lines.append(what + f"0 (nothing need move); this plan moves {per_site:,.0f} floats per site")
         return "\n".join(lines)
 
     def __repr__(self):
