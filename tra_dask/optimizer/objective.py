@@ -85,11 +85,14 @@ class FastestTime:
     ``cluster``: a :class:`~tra_dask.optimizer.cluster.ClusterSpec` (from
     :func:`tra_dask.calibrate`, or by hand); None uses the defaults for the plan's
     number of sites.  ``memory_limit`` (bytes per site) defaults to the cluster's
-    ``memory_budget`` (its device's memory on GPUs) when a cluster is given, else no limit."""
+    ``memory_budget`` (its device's memory on GPUs) when a cluster is given, else no limit.
+    ``band``: the model's error band (default :data:`BAND`, or the Dask config
+    ``tra-dask.time-band``): :func:`~tra_dask.optimizer.optimize.less_traffic` takes a plan
+    that moves 1.5x fewer floats over a faster one predicted to gain less than it."""
 
     name = "time"
 
-    def __init__(self, memory_limit: float | None = None, cluster=None):
+    def __init__(self, memory_limit: float | None = None, cluster=None, band: float | None = None):
         from .cluster import ClusterSpec
 
         if cluster is not None and not isinstance(cluster, ClusterSpec):
@@ -98,6 +101,7 @@ class FastestTime:
         if memory_limit is None and cluster is not None:
             memory_limit = cluster.memory_budget
         self.memory_limit = parse_memory_limit(memory_limit)
+        self.band = _band(band)
         self._specs: dict = {}
 
     def spec(self, sites: int):
@@ -130,6 +134,23 @@ class FastestTime:
     def __repr__(self):
         lim = "" if self.memory_limit is None else f"memory_limit={self.memory_limit:,.0f}, "
         return f"FastestTime({lim}cluster={self.cluster!r})"
+
+
+# The time model's error band: predictions landed within 10-30% of measured times on the
+# benchmarks (benchmarks/README.md, "time model"), so a predicted gain of under 10% is
+# not evidence enough to move 1.5x the data
+BAND = 0.10
+
+
+def _band(band) -> float:
+    if band is None:
+        import dask
+
+        band = dask.config.get("tra-dask.time-band", BAND)
+    if isinstance(band, bool) or not isinstance(band, (int, float)) or not (0 <= band < 1):
+        raise ValueError(f"the time objective's band must be a number in [0, 1) (a fraction of the "
+                         f"predicted time), got {band!r}")
+    return float(band)
 
 
 OBJECTIVES = {"time": FastestTime, "bytes": FewestBytes}

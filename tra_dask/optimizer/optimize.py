@@ -112,8 +112,60 @@ def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, pla
             if obj(cost) < obj(chosen_cost):
                 chosen, chosen_cost = outs, cost
 
+        t0 = time.perf_counter()
+        chosen, chosen_cost, note = less_traffic(chosen, chosen_cost, [(res.best, res.best_cost), *res.alternatives],
+                                                 obj, fuse)
+        if note:
+            stages.append(Stage("traffic", None, time.perf_counter() - t0, note))
+
     alternatives = Alternatives(chosen, [(res.best, res.best_cost), *res.alternatives], fuse)
     return fuse.plan(chosen, chosen_cost, compiled=compiled, search=res, alternatives=alternatives, stages=stages)
+
+
+# the time objective's choice under the model's error (less_traffic): a plan that moves
+# more than TRAFFIC_RATIO times another's floats must be predicted faster than it by more
+# than the objective's band; the search's best TRAFFIC_POOL plans are compared
+TRAFFIC_RATIO = 1.5
+TRAFFIC_POOL = 24
+
+
+def less_traffic(chosen, cost, pairs, obj, fuse) -> tuple:
+    """``(outputs, cost, note)``: the time objective's choice made robust to its own
+    error.  The fastest plan is kept unless one of the search's best
+    :data:`TRAFFIC_POOL` plans moves a :data:`TRAFFIC_RATIO`-th of its floats or less
+    and is predicted within ``obj.band`` of its time (the model's error band: a gain
+    below it is noise, a many-times larger transfer is a bet against the model); then
+    the fastest such plan is taken, and the rule applied again from it.  So a plan
+    chosen moves more than 1.5x the floats of another considered plan only if it is
+    predicted at least ``band`` faster.  ``note`` says what was passed over and why
+    (empty when the fastest plan stands)."""
+    band = getattr(obj, "band", 0.0)
+    if not band:
+        return chosen, cost, ""
+    pool = []
+    for outs, c in pairs[:TRAFFIC_POOL]:
+        if outs != chosen and not obj(c)[0]:  # (over the memory limit: never)
+            pool.append((outs, c))
+    first, notes = cost, []
+    while True:
+        better = []
+        for outs, c in pool:
+            if cost.floats_moved > TRAFFIC_RATIO * c.floats_moved:
+                c = fuse.cost(outs, c)
+                if cost.seconds > (1.0 - band) * c.seconds:
+                    better.append((c.seconds, c.floats_moved, len(better), outs, c))
+        if not better:
+            break
+        _, _, _, outs, c = min(better)
+        notes.append(f"chosen over a plan predicted {1 - cost.seconds / c.seconds:.1%} faster that moves "
+                     f"{cost.floats_moved / max(c.floats_moved, 1):.1f}x its floats ({cost.floats_moved:,} against "
+                     f"{c.floats_moved:,}): a gain within the model's error band ({band:.0%}) does not buy that "
+                     f"much more traffic")
+        pool = [(o, k) for o, k in pool if o != outs]
+        chosen, cost = outs, c
+    if notes and cost is not first:
+        return chosen, cost, "; then ".join(notes)
+    return chosen, cost, ""
 
 
 class _Fuser:

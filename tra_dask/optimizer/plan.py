@@ -187,6 +187,7 @@ class Plan:
         chunking = [st for st in self.stages if st.name == "chunking"]
         if chunking:
             lines.append(f"  chunking: {chunking[0].note} ({chunking[0].seconds:.2f} s)")
+        lines += [f"  traffic: {st.note}" for st in self.stages if st.name == "traffic"]
         strategies = self.strategies()
         if strategies:
             lines.append("  strategy: " + "; ".join(strategies))

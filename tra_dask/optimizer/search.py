@@ -17,7 +17,9 @@ orders, Cascades' required properties).  For each node:
    That cost is a sum of per-node costs, memoised per node, so costing a candidate
    is incremental: only the new nodes on top are computed.
 3. *Pruning*: the cheapest candidate per *placement signature* is kept, for the
-   ``beam`` cheapest signatures.  The signature is the exact layout and, for a
+   ``beam`` cheapest signatures — and, for an objective with an error band (the time
+   objective), the candidate that moves fewest floats, so that a plan of much less
+   traffic stays among the final choices.  The signature is the exact layout and, for a
    Broadcast or Shuffle, also the layout of what it moves: a rule above may drop
    the move (the consumer is already co-located with that input), so two moves with
    the same output but different inputs are different interesting plans.
@@ -195,6 +197,7 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
             raise ValueError(f"the search's {name} must be an int >= {least}, got {v!r}")
     obj = objective if objective is not None else FewestBytes(memory_limit)
+    traffic = getattr(obj, "band", 0.0) > 0  # keep each node's least-traffic candidate too
     b = _Budget(int(budget))
     delivered = _Delivered(model)
     memo: dict = {}
@@ -241,6 +244,12 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
                 kept.append(c)
                 if len(kept) == beam:
                     break
+        if traffic:  # and the one that moves least (the time objective may rank it out of the beam,
+            # and it is what a near-tie should go to: optimize.less_traffic)
+            low = min(ranked, key=lambda c: (delivered(c).floats_moved, score(c)))
+            if _signature(low) not in sigs:
+                sigs.add(_signature(low))
+                kept.append(low)
         original = _signature(node)  # keep a candidate laid out like the compiled node:
         if all(_signature(c) != original for c in kept):  # its consumers were built for it
             kept += [c for c in ranked if _signature(c) == original][:1]
