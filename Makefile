@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-test
 
-.PHONY: demo test clean
+.PHONY: demo test test-fast clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest tra_dask tests
+
+# the tests that start no Dask cluster and are not slow, and the doctests (docs/contributing.md)
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not cluster and not slow" tra_dask tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

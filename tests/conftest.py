@@ -1,3 +1,4 @@
+import logging
 import os
 import tempfile
 
@@ -38,3 +39,43 @@ def RA():
 @pytest.fixture
 def RB():
     return td.from_chunks({(0,): PAPER_B[:, :4], (1,): PAPER_B[:, 4:]}, name="R_B")
+
+
+# ---------------------------------------------------------------------------
+# the fast lane: `pytest -m "not cluster and not slow"` (make test-fast)
+
+# fixtures that start a Dask cluster (or processes of one): a test that asks for any
+# of them is marked `cluster` (pyproject.toml registers the markers)
+CLUSTER_FIXTURES = {"client", "cluster", "gpu_client", "tls_cluster", "three_workers"}
+
+
+# parametrized cases that take seconds each (the other cases of these tests stay fast):
+# the start of their node ids
+SLOW_CASES = (
+    "tests/test_work.py::test_predicted_tasks_and_moves_are_the_lowered_ones[ffnn sgd step (two outputs)-",
+    "tests/test_work.py::test_predicted_tasks_and_moves_are_the_lowered_ones[nearest neighbour 1xD query-",
+    "tests/test_time.py::test_predicted_seconds_are_the_formula_over_the_work[ffnn]",
+    "tests/test_array.py::test_einsum_planned_for_three_sites_in_process[ab,bc,cd,de->ae]",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.cluster)
+        if item.nodeid.startswith(SLOW_CASES):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="module")
+def client():
+    """The shared cluster: a 2-worker ``LocalCluster(processes=True)`` on 127.0.0.1 and
+    its client (the default client while it is open), one per test module that asks
+    for it.  Modules that need another cluster (more workers, a memory limit, a
+    configuration) define their own ``client``."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(processes=True, n_workers=2, threads_per_worker=1, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster:
+        with Client(cluster) as c:
+            yield c

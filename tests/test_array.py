@@ -67,6 +67,7 @@ def test_einsum_float32_and_int_dtypes():
     _check(td.to_numpy(td.einsum("ij->", a, chunks=2)), np.einsum("ij->", a))
 
 
+@pytest.mark.slow
 def test_contraction_order_is_a_costed_choice():
     ops = [np.ones((2, 30)), np.ones((30, 30)), np.ones((30, 30)), np.ones((30, 2))]
     rel, plan = td.einsum("ab,bc,cd,de->ae", *ops).to_relation(sites=2)
@@ -351,6 +352,7 @@ def test_several_outputs_planned_together(client):
 # the chunking choice: memory is a hard limit; the choice is explained
 
 
+@pytest.mark.slow
 def test_chunking_respects_the_memory_limit():
     r = np.random.default_rng(10)
     a, b = r.standard_normal((600, 600)), r.standard_normal((600, 600))

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.cluster
+
 BENCH = Path(__file__).parents[1] / "benchmarks"
 
 

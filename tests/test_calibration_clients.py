@@ -13,6 +13,8 @@ from distributed import Client, LocalCluster
 import tra_dask as td
 from test_cli import dask_cluster, tra_dask
 
+pytestmark = pytest.mark.cluster
+
 
 @pytest.fixture
 def no_default_client(monkeypatch):

@@ -38,6 +38,7 @@ def assert_one_line_error(out, elapsed, message):
     assert elapsed < 10
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("shape,dtype", [("general", "float64"), ("common-large-dim", "float32"), ("two-large-dims", "float64")])
 def test_run_matmul_checks_against_numpy(shape, dtype):
     out, _ = tra_dask("run", "matmul", "--shape", shape, "--scale", "0.002", "--blocks", "3", "--dtype", dtype,
@@ -89,12 +90,14 @@ def test_unexpected_errors_are_one_line_unless_debug(monkeypatch, capsys):
             cli.main(argv)
 
 
+@pytest.mark.slow
 def test_unreachable_scheduler_fails_at_once():
     out, elapsed = tra_dask("run", "matmul", "--scheduler", "tcp://127.0.0.1:1", *SMALL)  # a closed port
     assert_one_line_error(out, elapsed, "cannot reach a Dask scheduler at tcp://127.0.0.1:1 in 5 s")
     assert out.returncode == 2
 
 
+@pytest.mark.cluster
 def test_submit_overhead_benchmark_runs(tmp_path):
     out = subprocess.run([sys.executable, "benchmarks/submit_overhead.py", "--sizes", "50", "--repeat", "1", "--no-write"],
                          capture_output=True, text=True, timeout=120)
@@ -102,6 +105,7 @@ def test_submit_overhead_benchmark_runs(tmp_path):
     assert "ms/task" in out.stdout
 
 
+@pytest.mark.slow
 def test_optimizer_benchmark_quick_runs():
     out = subprocess.run([sys.executable, "benchmarks/optimizer_time.py", "--quick", "--no-write"],
                          capture_output=True, text=True, timeout=300)
@@ -146,6 +150,7 @@ def three_workers(tmp_path_factory):
         yield address
 
 
+@pytest.mark.cluster
 def test_a_scheduler_without_workers_fails_at_once(tmp_path):
     with dask_cluster(tmp_path, 0) as address:
         out, elapsed = tra_dask("run", "matmul", "--scheduler", address, *SMALL)
@@ -183,6 +188,7 @@ def _lines(proc) -> queue.Queue:
     return lines
 
 
+@pytest.mark.cluster
 def test_keep_serves_the_dashboard_until_ctrl_c():
     proc = subprocess.Popen([*TRA_DASK, "run", "matmul", *SMALL, "--keep"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)

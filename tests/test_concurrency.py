@@ -20,6 +20,8 @@ import tra_dask as td
 from tra_dask.programs import matmul
 from tra_dask.runtime import workers_info
 
+pytestmark = pytest.mark.cluster
+
 SECONDS = float(os.environ.get("TRA_DASK_CONCURRENCY_SECONDS", "15"))
 THREADS = 50
 

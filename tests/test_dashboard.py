@@ -70,6 +70,7 @@ def _listening(pids):
     return out
 
 
+@pytest.mark.cluster
 def test_embedded_cluster_listens_on_loopback_only():
     from tra_dask.runtime import embedded_client
 
@@ -294,6 +295,7 @@ PLANS = {
 }
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("kind", list(PLANS))
 def test_bytes_counted_live_equal_the_transfer_logs(kind):
     rf = td.submit(PLANS[kind](), sites=2, optimize=False).wait()
@@ -317,6 +319,7 @@ def test_bytes_counted_live_equal_the_transfer_logs(kind):
     assert f"measured by transfers(): <b class='transfers'>{measured:,} bytes</b>" in page
 
 
+@pytest.mark.cluster
 def test_dashboard_page_lists_the_plan_and_its_bytes():
     rf = td.submit(matmul(random_uniform((400, 400), 100, seed=1, name="X"),
                           random_uniform((400, 400), 100, seed=2, name="Y")), sites=2)
@@ -341,6 +344,7 @@ def test_dashboard_page_lists_the_plan_and_its_bytes():
     assert expiring  # plans past keep-seconds go even when nobody looks
 
 
+@pytest.mark.cluster
 def test_dask_dashboard_renders_and_links_to_the_tra_dask_page():
     rf = td.submit(td.from_numpy(np.ones((4, 4)), 2), sites=2).wait()  # registers the plugin
     base = rf.dashboard_link.split("/tra-dask")[0]
@@ -368,6 +372,7 @@ def _chromium(tmp_path, *args, timeout=60):
     return subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=timeout).stdout
 
 
+@pytest.mark.cluster
 @pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium here (.ci/run installs Debian's chromium)")
 def test_browser_sees_the_running_plan(tmp_path):
     R = td.from_function(Slow(), (400, 400), 50, "float64", name="slow")

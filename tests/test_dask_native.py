@@ -308,6 +308,7 @@ def _run_script(tmp_path, body: str, timeout=120):
     return p, time.monotonic() - t0
 
 
+@pytest.mark.cluster
 def test_embedded_cluster_results_compute_with_dask_calls(tmp_path):
     p, _ = _run_script(tmp_path, """
         import dask, numpy as np, tra_dask as td
@@ -327,6 +328,7 @@ def test_embedded_cluster_results_compute_with_dask_calls(tmp_path):
     assert p.returncode == 0 and "OK" in p.stdout, p.stderr[-3000:]
 
 
+@pytest.mark.cluster
 def test_a_script_without_main_guard_gets_a_clear_error(tmp_path):
     p, took = _run_script(tmp_path, """
         import numpy as np, tra_dask as td

@@ -36,6 +36,7 @@ def test_dp_path_with_one_operand_steps():
     _check(td.to_numpy(rel), np.einsum("ab,ab,c->", a, a, c))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sub,shapes,path", [
     ("ab,bc,cd->da", [(3, 4), (4, 5), (5, 2)], [(0, 1, 2)]),                 # three at once
     ("ab,bc,cd,de->ea", [(3, 4), (4, 5), (5, 2), (2, 3)], [(0, 1, 2, 3)]),   # four at once

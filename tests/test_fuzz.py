@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import logging
 import math
 import os
 import time
@@ -780,6 +779,7 @@ def _model(f):
         return Fault("raise", e)
 
 
+@pytest.mark.slow
 @fuzz(160)
 @given(st.data())
 def test_relational_programs(data):
@@ -1031,6 +1031,7 @@ def _close(got, want, what):
         assert np.array_equal(got, want), f"{what}: values differ\n{got}\n{want}"
 
 
+@pytest.mark.slow
 @fuzz(120)
 @given(st.data())
 def test_array_expressions(data):
@@ -1131,6 +1132,7 @@ def _kernel_fn(data, arity):
 _NKERNELS = itertools.count()
 
 
+@pytest.mark.slow
 @fuzz(60)
 @given(st.data())
 def test_declared_kernels(data):
@@ -1200,14 +1202,7 @@ def _declared(out, rule, xs):
 CLUSTER_WAIT = 60  # seconds: a result or an error, never a hang
 
 
-@pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    with LocalCluster(processes=True, n_workers=2, threads_per_worker=1, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster:
-        with Client(cluster) as c:
-            yield c
+# `client`: the shared 2-worker cluster of tests/conftest.py
 
 
 def _bounded(f):

@@ -189,6 +189,7 @@ def test_gpu_spec_from_each_workers_measurements():
     assert _gpu_spec_of({"w0": one(1.0)}, sharing=2).sharing == 2
 
 
+@pytest.mark.cluster
 @pytest.mark.skipif(_gpus() > 0, reason="checks the answer where no GPU is visible")
 def test_without_a_gpu_the_gpu_paths_say_so():
     assert _gpu_rates() is None
@@ -365,6 +366,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.cluster
 @needs_gpu
 def test_the_embedded_cluster_with_gpu_workers(cp, tmp_path):
     import subprocess
@@ -382,6 +384,7 @@ def test_the_embedded_cluster_with_gpu_workers(cp, tmp_path):
         assert "LocalCUDACluster" in r.stdout, r.stdout  # one worker per GPU
 
 
+@pytest.mark.cluster
 @needs_gpu
 def test_dask_cuda_worker_processes(cp, tmp_path):
     """A `dask scheduler` and `dask cuda worker` processes on 127.0.0.1, as a user starts them."""

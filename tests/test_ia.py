@@ -132,6 +132,7 @@ def test_shuffle_matmul_costs_by_hand():
     np.testing.assert_allclose(td.to_numpy(matmul(X, Y), sim.result), td.to_numpy(X) @ td.to_numpy(Y))
 
 
+@pytest.mark.slow
 def test_paper_formula_at_paper_scale_keys_only():
 
     class Boom:

@@ -14,6 +14,8 @@ import tra_dask as td
 from tra_dask.programs import matmul
 from tra_dask.runtime.submit import _memory_budget, memory_fraction
 
+pytestmark = pytest.mark.cluster
+
 LIMIT = 250_000_000
 
 

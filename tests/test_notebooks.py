@@ -60,6 +60,8 @@ def _text(output) -> str:
     return output.get("data", {}).get("text/plain", "")
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_and_its_checks_hold(path, tmp_path):
     nb = nbformat.read(path, as_version=4)

@@ -110,6 +110,7 @@ def _ffnn(N, D, H, L, blocks):
                          keys_only((D, H), (bd, bh), "W1"), keys_only((H, L), (bh, bl), "W2"), 0.1)
 
 
+@pytest.mark.slow
 def test_ffnn_speech_at_paper_scale():
     plan = td.optimize(_ffnn(10_000, 1600, 100_000, 10, (5, 2, 10, 1)), objective="bytes", sites=5, cost_model="paper")
     assert plan.cost.floats_moved <= 9.7e8  # the paper's best (data-parallel)
@@ -117,6 +118,7 @@ def test_ffnn_speech_at_paper_scale():
     assert plan.cost.flops_balance <= 1.25
 
 
+@pytest.mark.slow
 def test_ffnn_xml_at_paper_scale():
     plan = td.optimize(_ffnn(1_000, 597_540, 1_000, 14_588, (5, 10, 5, 5)), objective="bytes", sites=5, cost_model="paper")
     # the paper's model-parallel estimate is 1.0e7, data-parallel 3.7e9: we find a
@@ -154,6 +156,7 @@ def test_nearest_neighbor_wide_features_is_vertical():
     assert "BMM (broadcast A)" not in plan.strategies()  # A (3.6 GB) is never copied
 
 
+@pytest.mark.slow
 def test_ffnn_gradients_match_finite_differences():
     rng = np.random.default_rng(0)
     N, D, H, L = 12, 7, 9, 4

@@ -202,6 +202,7 @@ def test_cluster_data_in_another_place_is_another_plan(client):
     assert plans[2].stages[0].name == "cache"
 
 
+@pytest.mark.slow
 def test_an_array_expression_of_the_same_structure_reuses_its_chunking():
     from tra_dask.frontend.run import _CHOICES
 
@@ -238,6 +239,7 @@ def test_array_steps_on_a_cluster_reuse_chunking_and_plan(client):
     assert all("cache" in names for _, names in notes[1:])  # the plan too
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sites", [2, 3, 4])
 def test_interning_nodes_in_a_search_changes_no_plan(sites, monkeypatch):
     """The search shares a node's derived type, layout and memos with an equal node

@@ -1,4 +1,5 @@
-"""The README's "API at a glance" table agrees with the code's signatures.
+"""The API reference's "API at a glance" table (docs/api.md, moved there from the
+README) agrees with the code's signatures.
 
 Every call written in the table (a backticked ``name(args...)``, optionally ``-> Result``)
 is looked up and checked against :func:`inspect.signature`:
@@ -32,7 +33,7 @@ from pathlib import Path
 import pytest
 
 
-README = Path(__file__).parents[1] / "README.md"
+API_DOC = Path(__file__).parents[1] / "docs" / "api.md"
 
 # where a function's **kw go (documented in its docstring); checked in this order
 DELEGATES = {
@@ -80,9 +81,9 @@ class Call:
 
 def table_lines() -> list[str]:
     """The lines of the table under "## The API at a glance" (header and rule included)."""
-    text = README.read_text()
+    text = API_DOC.read_text()
     m = re.search(r"^## The API at a glance\n(.*?)(?=^## |\Z)", text, re.S | re.M)
-    assert m, "README.md has no '## The API at a glance' section"
+    assert m, "docs/api.md has no '## The API at a glance' section"
     lines = []
     for line in m.group(1).splitlines():
         if line.startswith("|"):
@@ -176,7 +177,7 @@ def params(obj) -> list[tuple[object, dict]]:
 
 
 def literal(value: str):
-    """The README's default as a Python value, or ``NotImplemented`` when it is not a
+    """The table's default as a Python value, or ``NotImplemented`` when it is not a
     literal (``...``, ``[...]``, ``"a" | fn``): then only the parameter's existence counts."""
     if "..." in value:
         return NotImplemented
@@ -207,13 +208,13 @@ def check_call(row: str, span: str, target, where: str) -> list[str]:
             continue
         if arg.startswith("**"):
             if not any(p.kind is p.VAR_KEYWORD for _, ps in sigs for p in ps.values()):
-                problems.append(f"row {row!r}, `{span}`: the README writes {arg} but {named} takes no **kwargs")
+                problems.append(f"row {row!r}, `{span}`: the table writes {arg} but {named} takes no **kwargs")
             continue
         if arg.startswith("*"):
             name = arg[1:]
             found = [ps[name] for _, ps in sigs if name in ps]
             if not found or found[0].kind is not inspect.Parameter.VAR_POSITIONAL:
-                problems.append(f"row {row!r}, `{span}`: parameter *{name}: the README lists it, "
+                problems.append(f"row {row!r}, `{span}`: parameter *{name}: the table lists it, "
                                 f"but {named} has no *{name}")
             continue
         name, eq, value = arg.partition("=")
@@ -222,7 +223,7 @@ def check_call(row: str, span: str, target, where: str) -> list[str]:
             continue  # an example value (`td.from_chunks({key: array})`), not a parameter's name
         found = [(f, ps[name]) for f, ps in sigs if name in ps]
         if not found:
-            problems.append(f"row {row!r}, `{span}`: parameter {name}: the README lists it"
+            problems.append(f"row {row!r}, `{span}`: parameter {name}: the table lists it"
                             f"{' with default ' + value if eq else ''}, but {named} has no such parameter "
                             f"(it has: {', '.join(n for _, ps in sigs for n in ps)})")
             continue
@@ -233,10 +234,10 @@ def check_call(row: str, span: str, target, where: str) -> list[str]:
         if want is NotImplemented:
             continue
         if p.default is inspect.Parameter.empty:
-            problems.append(f"row {row!r}, `{span}`: parameter {name}: README default {value}, "
+            problems.append(f"row {row!r}, `{span}`: parameter {name}: table default {value}, "
                             f"but {qualname(f)} has no default for it")
         elif not same(want, p.default):
-            problems.append(f"row {row!r}, `{span}`: parameter {name}: README default {value}, "
+            problems.append(f"row {row!r}, `{span}`: parameter {name}: table default {value}, "
                             f"code default {p.default!r} ({qualname(f)})")
     ret = m.ret
     if ret.isidentifier() and resolve(f"td.{ret}") is None:
@@ -313,8 +314,8 @@ def test_api_table_row_matches_the_code(row, text):
         if target == "skip":
             continue
         if target is None:
-            problems.append(f"row {row!r}, `{span}`: the README names {where}, which does not exist")
+            problems.append(f"row {row!r}, `{span}`: the table names {where}, which does not exist")
             continue
         if span not in EXAMPLES:
             problems += check_call(row, span, target, where)
-    assert not problems, "the README's API table disagrees with the code:\n  " + "\n  ".join(problems)
+    assert not problems, "the API table (docs/api.md) disagrees with the code:\n  " + "\n  ".join(problems)

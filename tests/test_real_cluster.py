@@ -22,6 +22,8 @@ import tra_dask as td
 from helpers import stop_processes
 from tra_dask.programs import matmul, random_uniform
 
+pytestmark = pytest.mark.cluster
+
 DASK = str(Path(sys.executable).with_name("dask"))
 
 
@@ -146,15 +148,15 @@ def test_dask_native_on_a_dask_scheduler_cluster(real_cluster):
 
 
 # ---------------------------------------------------------------------------
-# clusters started as the README and notebook 04 say: nothing listens beyond 127.0.0.1
+# clusters started as docs/cli.md and notebook 04 say: nothing listens beyond 127.0.0.1
 
-README = Path(__file__).parents[1] / "README.md"
+README = Path(__file__).parents[1] / "docs" / "cli.md"  # the commands moved there from the README
 NOTEBOOK_04 = Path(__file__).parents[1] / "notebooks" / "04-real-cluster.ipynb"
-DOC_PORT, DOC_DASHBOARD = "8786", "8787"  # the ports the README's commands use, replaced by free ones here
+DOC_PORT, DOC_DASHBOARD = "8786", "8787"  # the ports docs/cli.md's commands use, replaced by free ones here
 
 
 def readme_commands(marker: str) -> list[list[str]]:
-    """The commands of the README's ```sh block that follows ``marker``, split as a shell would."""
+    """The commands of docs/cli.md's ```sh block that follows ``marker``, split as a shell would."""
     block = re.search(re.escape(marker) + r".*?```sh\n(.*?)```", README.read_text(), re.S).group(1)
     return [shlex.split(line.rstrip().removesuffix("&")) for line in block.splitlines() if line.strip()]
 
@@ -200,7 +202,7 @@ def _wait_for_workers(address: str, n: int, procs, sec=None, timeout: float = 60
 
 @contextlib.contextmanager
 def documented_cluster(marker: str, cwd: Path, sec=None):
-    """The README's commands after ``marker`` (its ports replaced by free ones), run in
+    """docs/cli.md's commands after ``marker`` (its ports replaced by free ones), run in
     ``cwd``: the `dask` ones started, waited for; yields ``(address, dashboard, procs,
     tra-dask argv lists)``."""
     port, dashboard = str(free_port()), str(free_port())

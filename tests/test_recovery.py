@@ -16,6 +16,8 @@ from distributed import Client, LocalCluster
 import tra_dask as td
 from tra_dask.programs import ffnn_sgd_step, matmul
 
+pytestmark = pytest.mark.cluster
+
 CONFIG = {"distributed.scheduler.active-memory-manager.start": False}
 
 

@@ -164,6 +164,7 @@ def test_source_chunk_not_matching_its_type_names_the_key(client):
         rf.gather()
 
 
+@pytest.mark.cluster
 def test_closed_client_is_a_clear_error():
     with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cl:
         c = Client(cl)
@@ -172,6 +173,7 @@ def test_closed_client_is_a_clear_error():
             td.submit(matmul(A, B), client=c)
 
 
+@pytest.mark.cluster
 def test_a_hand_built_plan_resumes_after_a_lost_worker():
     """A plan made of physical nodes by hand has no expression to plan again, but its
     unfinished part is resumed on the workers that are left (test_recovery.py has the
@@ -328,6 +330,7 @@ def test_a_multiply_over_chunks_dask_placed_moves_only_split_row_blocks(client):
     assert nn.transfers() == nn.plan.cost.bytes_moved
 
 
+@pytest.mark.cluster
 def test_embedded_cluster_exits_cleanly_and_shows_progress(tmp_path):
     import subprocess
     import sys
@@ -370,6 +373,7 @@ def test_worker_config_bounds_the_memory_a_worker_keeps():
     assert all(small[k] == v for k, v in _CONFIG.items())
 
 
+@pytest.mark.cluster
 def test_spawn_config_wins_over_what_an_earlier_dask_cluster_left_in_os_environ(monkeypatch):
     """Every Nanny writes Dask's pre-spawn variables into its parent's os.environ, and a
     Nanny lets os.environ override the config: spawn_config puts the embedded cluster's

@@ -37,6 +37,7 @@ def _mat(rng, shape, chunks, name):
     return td.from_numpy(rng.normal(size=shape), chunks, name=name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sites", [2, 3, 5])
 @pytest.mark.parametrize("kind", ["chain", "nn", "ffnn"])
 def test_default_beam_finds_what_an_unbounded_beam_finds(kind, sites):
@@ -69,6 +70,7 @@ def _program(kind, rng):
                          _mat(rng, (4, 2), 2, "W2"), 0.1)
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(blocks=st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3)), sites=st.integers(2, 6),
        seed=st.integers(0, 10_000))
@@ -82,6 +84,7 @@ def test_search_equals_brute_force_for_random_multiplies(blocks, sites, seed):
     assert _searched_key(expr, sites) == _best_key(space)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sites", [2, 5])
 def test_search_equals_brute_force_for_matmul_plus_elementwise(sites):
     rng = np.random.default_rng(sites)
@@ -289,6 +292,7 @@ def _speech_step_as_persisted():
     return ffnn_sgd_step(rel["X"], rel["Y"], rel["W1"], rel["W2"], 0.1), placements, spec
 
 
+@pytest.mark.slow
 def test_a_subexpression_both_results_read_is_computed_once():
     """The forward product X @ W1 feeds both weight updates.  On this placement the
     search planned each update over its own placement of it — 484 GFLOP per site where

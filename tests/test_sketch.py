@@ -26,6 +26,7 @@ def sketch_everything(floor=1):
         S.SKETCH_TUPLES, S._floor = saved
 
 
+@pytest.mark.slow
 def test_sketched_plans_simulate_to_the_reference():
     """The soundness property (test_soundness.py) with every sketchable random program
     (no filter or concat, no key-by-key placement, dims long enough to cut) planned on a sketch of
@@ -56,6 +57,7 @@ def _src(shape, chunks, name, rng):
     return td.from_numpy(rng.normal(size=shape), chunks, name=name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sites", [2, 3, 8])
 def test_sketched_programs_compute_the_result(sites):
     """Matmul, a chain, nearest neighbour and an FFNN step with ragged chunks, on a
@@ -84,6 +86,7 @@ def _keys_only(shape, blocks, name):
     return td.from_function(lambda key: None, shape, chunks, "float64", name=name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sites", [2, 3, 4, 8])
 def test_the_sketch_finds_the_full_searchs_plan_for_matmul(sites):
     """Keys only: square, common-large-dim, two-large-dims and odd block grids, planned
@@ -103,6 +106,7 @@ def test_the_sketch_finds_the_full_searchs_plan_for_matmul(sites):
         S.SKETCH_TUPLES = saved
 
 
+@pytest.mark.slow
 def test_a_large_matmul_plans_on_a_sketch_by_default():
     # 50 x 50 x 50 blocks: 125,000 join tuples, above SKETCH_TUPLES
     e = matmul(_keys_only((5000, 5000), (50, 50), "A"), _keys_only((5000, 5000), (50, 50), "B"))

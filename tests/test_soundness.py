@@ -449,6 +449,7 @@ CLUSTERS = [None, {"bandwidth": 1e7, "rates": {"blas": 1e10, "elementwise": 1e9}
             {"bandwidth": 1e9, "rates": {"blas": 1e9, "elementwise": 1e8}, "cores": 1}]  # every site on 1 core
 
 
+@pytest.mark.slow
 @settings(max_examples=EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
 @given(programs(), st.sampled_from(CLUSTERS))
@@ -534,6 +535,7 @@ def test_a_node_rebuilt_over_equal_children_moves_what_they_hold():
     check_every_plan((out0, u), 2, placements={"S0": (1,)})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dims,sites,where,bandwidth,blas", [
     ((12, 24, 24, 40), 3, {"X": "20112122", "Y": "1112", "W1": "01212101", "W2": "1002"}, 1e8, 1e8),
     ((8, 40, 8, 8), 3, {"X": "20101200", "Y": "0101", "W1": "22000021", "W2": "0212"}, 1e9, 1e10),

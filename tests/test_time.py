@@ -2,7 +2,6 @@
 
 import dataclasses
 import json
-import logging
 
 import numpy as np
 import pytest
@@ -211,11 +210,10 @@ def _calibrating(calibrating):
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as c:
-        with Client(c) as client:
-            yield client
+def cluster(client):
+    """The shared 2-worker cluster's client (``client`` in tests/conftest.py), by the name
+    these tests use."""
+    return client
 
 
 def test_calibrate_a_local_cluster(cluster):
@@ -298,6 +296,7 @@ def test_a_replaced_worker_on_the_same_host_is_not_calibrated_again():
     assert _shape(a) != _shape({"tcp://127.0.0.1:4001": {"nthreads": 2}, "tcp://127.0.0.1:4002": {"nthreads": 1}})
 
 
+@pytest.mark.cluster
 def test_a_cluster_that_lost_a_worker_plans_on_the_spec_measured_before(monkeypatch):
     """A recovery plans on the survivors: the spec measured with them (and the lost
     worker), for fewer sites — not a new calibration while the cluster is in flux.
@@ -335,6 +334,7 @@ def test_a_cluster_that_lost_a_worker_plans_on_the_spec_measured_before(monkeypa
     assert measured == [3, 4, 1]
 
 
+@pytest.mark.cluster
 def test_a_kept_spec_named_by_the_dask_config_replaces_calibration(monkeypatch, tmp_path):
     from tra_dask.runtime import calibrate as calibration
 
@@ -406,6 +406,7 @@ def test_bandwidth_is_measured_with_every_worker_moving_at_once():
     assert remote and all(host[s] != host[d] for s, d in remote)
 
 
+@pytest.mark.cluster
 def test_calibrate_bad_input():
     with pytest.raises(TypeError, match="calibrate needs a distributed.Client"):
         td.calibrate("tcp://127.0.0.1:8786")

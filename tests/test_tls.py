@@ -1,4 +1,4 @@
-"""TLS: a `dask scheduler`/`dask worker` cluster started with the README's `--tls-*`
+"""TLS: a `dask scheduler`/`dask worker` cluster started with docs/cli.md's `--tls-*`
 commands runs plans exactly and serves the tra_dask dashboard routes; the embedded
 cluster with ``security=True``; the `tra-dask` command's TLS options."""
 
@@ -19,6 +19,8 @@ from tra_dask.programs import matmul, random_uniform
 from tra_dask.runtime import cluster as runtime_cluster
 
 from test_real_cluster import documented_cluster, listening
+
+pytestmark = pytest.mark.cluster
 
 pytest.importorskip("cryptography")  # the test extra has it; Security.temporary() needs it
 
