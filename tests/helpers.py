@@ -50,3 +50,24 @@ def stop_processes(procs) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait(timeout=10)
+
+
+class ScatterSpy:
+    """``with ScatterSpy(client) as sent:`` — the bytes each ``client.scatter`` call of
+    the block sends (a list, one entry per call); the client's own method after."""
+
+    def __init__(self, client):
+        self.client, self.sent = client, []
+
+    def __enter__(self) -> list:
+        scatter = self.client.scatter
+
+        def spy(data, *a, **k):
+            self.sent.append(sum(v.nbytes for v in data.values()))
+            return scatter(data, *a, **k)
+
+        self.client.scatter = spy
+        return self.sent
+
+    def __exit__(self, *exc) -> None:
+        del self.client.scatter

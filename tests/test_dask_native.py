@@ -19,7 +19,7 @@ import tra_dask as td
 from tra_dask.programs import matmul
 from tra_dask.runtime import cluster as runtime_cluster
 
-from helpers import binary_liar as _binary_liar, dtype_liar as _dtype_liar, liar as _liar
+from helpers import binary_liar as _binary_liar, dtype_liar as _dtype_liar, liar as _liar, ScatterSpy
 
 
 @pytest.fixture(scope="module")
@@ -135,15 +135,7 @@ def test_a_result_that_is_not_one_tensor_is_a_clear_error(client):
 
 
 def test_in_process_data_is_sent_once(client):
-    sent = []
-    scatter = client.scatter
-
-    def spy(data, *a, **k):
-        sent.append(sum(v.nbytes for v in data.values()))
-        return scatter(data, *a, **k)
-
-    client.scatter = spy
-    try:
+    with ScatterSpy(client) as sent:
         x = np.random.default_rng(2).random((400, 300))
         y = np.random.default_rng(3).random((300, 200))
         X, Y = td.from_numpy(x, (100, 150), name="X"), td.from_numpy(y, (150, 100), name="Y")
@@ -170,22 +162,12 @@ def test_in_process_data_is_sent_once(client):
         sent.clear()
         td.submit(matmul(X, Y), client=client).wait()
         assert sum(sent) == x.nbytes + y.nbytes
-    finally:
-        del client.scatter
 
 
 def test_one_array_under_two_chunkings_is_sent_once_each(client):
     """A loop that uses one array under two chunkings keeps both cuts on the workers
     (they used to evict each other's: every submit sent the array again)."""
-    sent = []
-    scatter = client.scatter
-
-    def spy(data, *a, **k):
-        sent.append(sum(v.nbytes for v in data.values()))
-        return scatter(data, *a, **k)
-
-    client.scatter = spy
-    try:
+    with ScatterSpy(client) as sent:
         rng = np.random.default_rng(9)
         x, y = rng.random((400, 300)), rng.random((300, 200))
         Y = td.from_numpy(y, (150, 100), name="Y")
@@ -196,8 +178,6 @@ def test_one_array_under_two_chunkings_is_sent_once_each(client):
             np.testing.assert_allclose(rf.to_numpy(), x @ y, rtol=1e-12)
             if turn >= 2:  # both cuts (and Y) are on the workers from the first round
                 assert sum(sent) == 0, (turn, sent)
-    finally:
-        del client.scatter
 
 
 def test_a_repeated_submission_hashes_each_array_once_not_its_chunks(client, monkeypatch):

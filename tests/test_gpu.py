@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import tra_dask as td
+from helpers import ScatterSpy
 from tra_dask.runtime.calibrate import _gpu_rates, _gpu_spec_of
 from tra_dask.kernels import content_digest, is_device, on_device_of, to_host
 from tra_dask.optimizer.time import node_seconds_per_site, write_bandwidth
@@ -297,15 +298,7 @@ def test_cupy_arrays_on_gpu_workers(cp, gpu_client):
 
 @needs_gpu
 def test_cupy_data_is_sent_once(cp, gpu_client):
-    sent = []
-    scatter = gpu_client.scatter
-
-    def spy(data, *a, **k):
-        sent.append(sum(v.nbytes for v in data.values()))
-        return scatter(data, *a, **k)
-
-    gpu_client.scatter = spy
-    try:
+    with ScatterSpy(gpu_client) as sent:
         x = cp.asarray(np.random.default_rng(5).random((400, 300)))
         y = cp.asarray(np.random.default_rng(6).random((300, 200)))
         X, Y = td.from_numpy(x, (100, 150), name="X"), td.from_numpy(y, (150, 100), name="Y")
@@ -319,8 +312,6 @@ def test_cupy_data_is_sent_once(cp, gpu_client):
         rf = td.submit(matmul(X, Y), client=gpu_client)
         np.testing.assert_allclose(rf.to_numpy(), (x @ y).get(), rtol=1e-12)
         assert sum(sent) == 100 * 150 * 8
-    finally:
-        del gpu_client.scatter
 
 
 @needs_gpu
