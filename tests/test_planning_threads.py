@@ -1,7 +1,7 @@
 """Planning from many threads at once (keys only, no cluster): no error, and every
 plan equal to the one planned alone — the optimizer's module caches (the type memo's
 LRU, the chunk choices, the plan cache) are shared by all threads.
-``TRA_DASK_THREAD_ROUNDS`` plans each expression that many times per thread (default 20;
+``TRA_DASK_THREAD_ROUNDS`` plans each expression that many times per thread (default 10;
 the planning-context issue asks for 200)."""
 
 import os
@@ -47,7 +47,7 @@ def _fingerprint(plan) -> tuple:
 def test_eight_threads_plan_eight_expressions_as_planned_alone():
     exprs = _expressions()
     alone = [_fingerprint(td.optimize(e, sites=s)) for e, s in exprs]
-    rounds, errors, wrong = int(os.environ.get("TRA_DASK_THREAD_ROUNDS", "20")), [], []
+    rounds, errors, wrong = int(os.environ.get("TRA_DASK_THREAD_ROUNDS", "10")), [], []
     barrier = threading.Barrier(len(exprs))
 
     def worker(i):

@@ -147,10 +147,13 @@ def less_traffic(chosen, cost, pairs, obj, fuse) -> tuple:
         if outs != chosen and not obj(c)[0]:  # (over the memory limit: never)
             pool.append((outs, c))
     first, notes = cost, []
+    overhead = obj.spec(cost.sites).task_overhead
     while True:
         better = []
         for outs, c in pool:
             if cost.floats_moved > TRAFFIC_RATIO * c.floats_moved:
+                if cost.seconds <= (1.0 - band) * (obj.seconds(c) - c.tasks * overhead):
+                    continue  # faster by the band even were all its tasks fused: no need to fuse it
                 c = fuse.cost(outs, c)
                 if cost.seconds > (1.0 - band) * c.seconds:
                     better.append((c.seconds, c.floats_moved, len(better), outs, c))
