@@ -69,7 +69,9 @@ def test_the_array_front_end_chunks_to_fit(client, monkeypatch):
     client.run(lambda: __import__("gc").collect())
     client.run(runtime_submit._trim_and_measure)
     rng = np.random.default_rng(1)
-    a, b = rng.random((2000, 2000)), rng.random((2000, 2000))
+    # sized so that the chunking chosen with no limit (96 MB per site) is over the budget
+    # (60% of 250 MB less a baseline of 60-85 MB) and the best under a limit (60 MB) fits it
+    a, b = rng.random((1730, 1730)), rng.random((1730, 1730))
     workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
     x = td.matmul(a, b)
     _, roomy = x.to_relation(sites=2)  # the chunking chosen with no memory limit
