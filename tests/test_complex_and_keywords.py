@@ -404,7 +404,7 @@ def test_complex_einsum_on_a_cluster():
     distributed = pytest.importorskip("distributed")
     a, b = _c((6, 8), np.complex128), _c((8, 4), np.complex128, seed=1)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
+                                  dashboard_address="127.0.0.1:0") as cluster, distributed.Client(cluster) as client:
         got = td.einsum("ij,jk->ik", a, b, chunks=4).compute(client=client)
         _check(got, a @ b)
         got = (td.asarray(a).conj().T @ a).compute(client=client)  # a Gram matrix of complex vectors

@@ -113,9 +113,13 @@ class Plan:
     @property
     def on_device(self) -> bool:
         """Whether its sources hold GPU (cupy) chunks: the plan computes on the device."""
-        from ..physical.nodes import PSource
+        got = self.__dict__.get("_on_device")
+        if got is None:  # (read on every gather of its results: walked once)
+            from ..physical.nodes import PSource
 
-        return any(isinstance(n, PSource) and n.source.device for n in self.nodes)
+            got = any(isinstance(n, PSource) and n.source.device for n in self.nodes)
+            object.__setattr__(self, "_on_device", got)
+        return got
 
     @property
     def nodes(self) -> list:

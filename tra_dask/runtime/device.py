@@ -16,6 +16,7 @@ over the network (:func:`gather_device` returns None and says why in :data:`LAST
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import uuid
@@ -91,7 +92,7 @@ def gather_device(client, futures: dict, holders: dict) -> dict | None:
             with cupy.cuda.Device(here[got["device"]]):
                 for k in keys:
                     handle, shape, dtype = got["chunks"][futures[k].key]
-                    nbytes = max(int(cupy.dtype(dtype).itemsize * _prod(shape)), 1)
+                    nbytes = max(int(cupy.dtype(dtype).itemsize * math.prod(shape)), 1)
                     ptr = cupy.cuda.runtime.ipcOpenMemHandle(handle)
                     try:
                         src = cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(
@@ -109,13 +110,6 @@ def gather_device(client, futures: dict, holders: dict) -> dict | None:
             pass
     LAST.update(path="ipc", why="")
     return out
-
-
-def _prod(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
 
 
 def _no(why: str):
