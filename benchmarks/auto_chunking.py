@@ -31,7 +31,7 @@ from distributed import wait
 
 import tra_dask as td
 from _harness import LoadWatch, machine_line, start_cluster
-from tra_dask.frontend.run import plan as plan_arrays
+from tra_dask.runtime.arrays import plan as plan_arrays
 from tra_dask.programs import ffnn_sgd_step_array, nearest_neighbor_array
 
 MATMUL = {"general": (4000, 4000, 4000), "common-large-dim": (1000, 64000, 1000), "two-large-dims": (8000, 1000, 8000)}

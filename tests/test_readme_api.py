@@ -16,7 +16,7 @@ parameter); ``param=value`` with a Python literal ``value`` must be exactly the 
 default (compared by value and type, so ``False`` is not ``0``); ``param=...`` or a
 value that is not a literal (``shape="same" | "broadcast" | fn``) checks existence only;
 a positional argument that is not a name (``td.from_chunks({key: array})``) is an example.
-A function taking ``**kw`` that hands them on (``td.submit`` → ``tra_dask.runtime.submit``,
+A function taking ``**kw`` that hands them on (``td.submit``, i.e. ``tra_dask.api.submit`` → ``tra_dask.runtime.submit``,
 ``td.compute`` → ``tra_dask.runtime.compute`` → ``tra_dask.runtime.submit``) is checked
 along that chain: a parameter's default is the one of the first function in the chain
 that names it.  Attributes without a call (``.type``, ``.cost``) are not checked.
@@ -37,8 +37,8 @@ API_DOC = Path(__file__).parents[1] / "docs" / "api.md"
 
 # where a function's **kw go (documented in its docstring); checked in this order
 DELEGATES = {
-    "tra_dask.submit": "tra_dask.runtime.submit.submit",
-    "tra_dask.compute": "tra_dask.runtime.submit.compute",
+    "tra_dask.api.submit": "tra_dask.runtime.submit.submit",
+    "tra_dask.api.compute": "tra_dask.runtime.submit.compute",
     "tra_dask.runtime.submit.compute": "tra_dask.runtime.submit.submit",
 }
 # objects the table calls methods on by a variable's name

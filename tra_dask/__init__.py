@@ -3,6 +3,8 @@
 Public API only; see README.md for the tour.
 """
 
+import importlib
+
 from . import keys, kernels, programs
 from .kernels import Kernel, kernel
 from .keys import k, k0, k1, k2, k3
@@ -23,13 +25,21 @@ from .logical import check_outputs
 from .logical import evaluate as _evaluate_relation
 from .logical import to_numpy as _relation_to_numpy
 from .frontend import Array, asarray, dot, einsum, from_array, from_region, matmul, outer, tensordot, vdot
+from .frontend.run import evaluate_local as _evaluate_arrays
 from .optimizer import ClusterSpec, GpuSpec, Plan, compile, optimize
 from .physical import All, KeySites, Part, simulate
 from .types import ArrayType, RelationType
 
 __version__ = "0.1.0"
 
-_RUNTIME = ("plan_for", "from_dask_array", "RelationFutures", "ArrayFutures", "drop_scattered", "embedded_client")
+# loaded on first use (PEP 562), so that `import tra_dask` does not import distributed:
+# the name -> the module that defines it
+_LAZY = {
+    **dict.fromkeys(("submit", "compute"), ".api"),
+    **dict.fromkeys(("plan_for", "from_dask_array", "RelationFutures", "ArrayFutures", "drop_scattered",
+                     "embedded_client"), ".runtime"),
+    **dict.fromkeys(("calibrate", "cluster_spec", "set_cluster_spec"), ".runtime.calibrate"),
+}
 
 
 def _arrays(x) -> bool:
@@ -44,9 +54,7 @@ def to_numpy(x, chunks=None):
     numpy: cupy chunks are copied to the host (:func:`evaluate` keeps them on the
     device)."""
     if _arrays(x):
-        from .frontend.run import evaluate_local
-
-        return evaluate_local(x)
+        return _evaluate_arrays(x)
     return kernels.to_host(_relation_to_numpy(x, chunks))
 
 
@@ -57,55 +65,13 @@ def evaluate(expr, *, check: bool = True):
     cupy array for cupy chunks, with no copy to the host (:func:`to_numpy` gives
     numpy).  ``check``: the outputs' integrity, as :func:`tra_dask.logical.evaluate`."""
     if _arrays(expr):
-        from .frontend.run import evaluate_local
-
-        return evaluate_local(expr, host=False)
+        return _evaluate_arrays(expr, host=False)
     return _evaluate_relation(expr, check=check)
 
 
-def submit(x, client=None, sites=None, *, check: bool = True, **kw):
-    """Run a TRA expression, a Plan or a :class:`td.Array` on a Dask cluster (see
-    :func:`tra_dask.runtime.submit`); futures back.  With ``check`` (the default),
-    every output must satisfy the integrity constraints, as for :func:`evaluate`
-    (checked on the exact types, before planning)."""
-    if _arrays(x):
-        from .frontend.run import submit as _submit_array
-
-        return _submit_array(x, client, sites, **kw)
-    if check:
-        check_outputs(x)
-    from . import runtime
-
-    return runtime.submit(x, client, sites, **kw)
-
-
-def compute(x, client=None, sites=None, *, check: bool = True, **kw):
-    """Run and gather: a numpy array for a :class:`td.Array`, ``{key: chunk}`` for a
-    relation (see :func:`tra_dask.runtime.compute`); a tuple of arrays runs as one
-    plan.  ``check`` as for :func:`submit`."""
-    if _arrays(x):
-        from .frontend.run import compute as _compute_array
-
-        return _compute_array(x, client, sites, **kw)
-    if check:
-        check_outputs(x)
-    from . import runtime
-
-    return runtime.compute(x, client, sites, **kw)
-
-_CALIBRATE = ("calibrate", "cluster_spec", "set_cluster_spec")
-
-
 def __getattr__(name):
-    # the runtime imports distributed; load it on first use so `import tra_dask` stays light
-    if name in _RUNTIME:
-        from . import runtime
-
-        return getattr(runtime, name)
-    if name in _CALIBRATE:
-        import importlib
-
-        return getattr(importlib.import_module(".runtime.calibrate", __name__), name)
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module 'tra_dask' has no attribute {name!r}")
 
 __all__ = [

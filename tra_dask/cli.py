@@ -28,7 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from ._format import fmt_bytes as _fmt_bytes
+from .optimizer import compile as compiled_plan, optimize as optimized_plan
+from .programs import matmul, random_uniform
+from .units import fmt_bytes as _fmt_bytes
 
 # The paper's three matrix-multiply shapes (I, K, J), §6.1.
 PAPER_SHAPES = {
@@ -50,8 +52,6 @@ class UsageError(Exception):
 
 def matmul_workload(args):
     """``(A, B, C, (I, K, J))``: the paper's matrices for the workload options."""
-    from .programs import matmul, random_uniform
-
     I, K, J = (max(1, round(d * args.scale)) for d in PAPER_SHAPES[args.shape])
     b = args.blocks
     A = random_uniform((I, K), (-(-I // b), -(-K // b)), seed=args.seed, dtype=args.dtype, name="A")
@@ -67,9 +67,6 @@ def make_plan(args, C, client=None):
     """The plan for ``args.sites`` sites (optimized, or the paper's with --compiled), printed.
     With a ``client``, optimized for its cluster (calibrated on the first plan, cached);
     without, for the default :class:`~tra_dask.ClusterSpec`."""
-    from . import compile as compiled_plan
-    from . import optimize as optimized_plan
-
     t0 = time.perf_counter()
     if args.compiled:
         plan = compiled_plan(C, sites=args.sites)

@@ -582,7 +582,7 @@ def _binary_elementwise(name, op, **facts):
 
 def _add(a, b): return array_module(a, b).add(a, b)
 def _sub(a, b): return array_module(a, b).subtract(a, b)
-def _mul(a, b): return array_module(a, b).multiply(a, b)
+def multiply(a, b): return array_module(a, b).multiply(a, b)
 def _div(a, b): return array_module(a, b).true_divide(a, b)
 def _min(a, b): return array_module(a, b).minimum(a, b)
 def _max(a, b): return array_module(a, b).maximum(a, b)
@@ -596,7 +596,7 @@ def _sub_dtype(a, b) -> np.dtype:
 
 
 _binary_elementwise("sub", _sub, dtype=_sub_dtype)
-_binary_elementwise("mul", _mul, associative=True, commutative=True, identity=1.0)
+_binary_elementwise("mul", multiply, associative=True, commutative=True, identity=1.0)
 _binary_elementwise("div", _div, dtype=lambda a, b: np.true_divide(np.ones(1, a), np.ones(1, b)).dtype)
 _binary_elementwise("min", _min, associative=True, commutative=True, identity=float("inf"), dtype=_ordered)
 _binary_elementwise("max", _max, associative=True, commutative=True, identity=float("-inf"), dtype=_ordered)
@@ -765,7 +765,7 @@ class _Chain:
 
 
 @dataclass(frozen=True)
-class _Before:
+class Premapped:
     """``binary(pre(a), pre(b))``."""
 
     binary: Kernel
@@ -850,7 +850,7 @@ def sum_of_product(a, b, axes: tuple):
 def _row_sum_of_mul(a, b):
     """``row_sum(mul(a, b))`` in one pass (:func:`sum_of_product`), else the two kernels."""
     r = sum_of_product(a, b, (1,)) if getattr(a, "ndim", 0) == 2 else None
-    return _row_sum(_mul(a, b)) if r is None else r[:, None]
+    return _row_sum(multiply(a, b)) if r is None else r[:, None]
 
 
 # compositions (outer fn, inner fn) -> fn(*chunks, *outer params) that computes them in
@@ -865,7 +865,7 @@ def one_pass(outer_fn: Callable, inner_fn: Callable, fn: Callable) -> None:
     _ONE_PASS[(outer_fn, inner_fn)] = fn
 
 
-one_pass(_row_sum, _mul, _row_sum_of_mul)
+one_pass(_row_sum, multiply, _row_sum_of_mul)
 
 
 def premap(binary: Kernel, pre: Kernel) -> Kernel:
@@ -883,5 +883,5 @@ def premap(binary: Kernel, pre: Kernel) -> Kernel:
         return pre.flops(a) + pre.flops(b) + binary.flops(pre.out_type(ArrayType(a, np.dtype("f8"))).shape,
                                                           pre.out_type(ArrayType(b, np.dtype("f8"))).shape)
 
-    return Kernel(f"{binary.name}∘({pre.name}×{pre.name})", _Before(binary, pre), 2, shape=None, flops=flops,
+    return Kernel(f"{binary.name}∘({pre.name}×{pre.name})", Premapped(binary, pre), 2, shape=None, flops=flops,
                   probe=infer, associative=False, commutative=binary.commutative)

@@ -259,10 +259,10 @@ def _column_max(rows: np.ndarray) -> list:
 
 
 def _mixed_radix(rows: np.ndarray, bases) -> np.ndarray:
-    return _mixed_radix_cols(rows, range(rows.shape[1]), bases)
+    return mixed_radix_cols(rows, range(rows.shape[1]), bases)
 
 
-def _mixed_radix_cols(rows: np.ndarray, dims, bases) -> np.ndarray:
+def mixed_radix_cols(rows: np.ndarray, dims, bases) -> np.ndarray:
     """The mixed-radix code of ``rows[:, dims]``, read column by column (no copy of
     the columns; zeros for no dims)."""
     dims = list(dims)
@@ -275,7 +275,7 @@ def _mixed_radix_cols(rows: np.ndarray, dims, bases) -> np.ndarray:
     return code
 
 
-def _sorting_permutation(codes: np.ndarray):
+def sorting_permutation(codes: np.ndarray):
     """Stable permutation sorting ``codes``; ``None`` when they already are sorted."""
     if len(codes) <= 1 or bool(np.all(codes[1:] >= codes[:-1])):
         return None
@@ -309,7 +309,7 @@ def lexsort_rows(rows: np.ndarray) -> np.ndarray:
     rc = _radix(rows)
     if rc is None:
         return np.lexsort(rows.T[::-1])
-    order = _sorting_permutation(rc[1])
+    order = sorting_permutation(rc[1])
     return np.arange(rows.shape[0]) if order is None else order
 
 
@@ -402,7 +402,7 @@ def key_codes(left: np.ndarray, ldims, right: np.ndarray, rdims) -> tuple[np.nda
     if ldims and nl and nr and all(a.dtype.kind in "iu" and a.dtype != np.uint64 for a in (left, right)):
         bases = [max(int(left[:, a].max()), int(right[:, b].max())) + 1 for a, b in zip(ldims, rdims)]
         if math.prod(bases) < 2**62:  # encode_rows' condition on the stacked rows' column maxima
-            return _mixed_radix_cols(left, ldims, bases), _mixed_radix_cols(right, rdims, bases)
+            return mixed_radix_cols(left, ldims, bases), mixed_radix_cols(right, rdims, bases)
     codes = encode_rows(np.concatenate([left[:, ldims], right[:, rdims]]))
     return codes[:nl], codes[nl:]
 
@@ -534,7 +534,7 @@ class RelationType:
                 if bool(np.all(codes[1:] > codes[:-1])):  # sorted and distinct (the usual case): one pass
                     memo["distinct"] = True
                 else:
-                    order = _sorting_permutation(codes)
+                    order = sorting_permutation(codes)
                     if order is not None:
                         keys, shape_ids, codes = keys[order], shape_ids[order], codes[order]
                 memo["index"] = _KeyIndex(bases, codes, None)
@@ -644,7 +644,7 @@ class RelationType:
                 self._memo["index"] = None
             else:
                 bases, codes = rc
-                order = _sorting_permutation(codes)
+                order = sorting_permutation(codes)
                 self._memo["index"] = _KeyIndex(bases, codes if order is None else codes[order], order)
         return self._memo["index"]
 
@@ -803,7 +803,7 @@ class _KeyIndex:
             valid &= (col >= 0) & (col < b)
         ok = valid is None or bool(valid.all())
         if ok:
-            code = _mixed_radix_cols(keys, dims, self.bases)
+            code = mixed_radix_cols(keys, dims, self.bases)
         else:
             code = _mixed_radix(np.where(valid[:, None], keys[:, dims], 0), self.bases)
         if self.dense:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 
 import numpy as np
-from ._format import fmt_bytes as _fmt_bytes
+from .units import fmt_bytes as _fmt_bytes
 
 __all__ = ["to_networkx", "visualize", "site_grid", "visualize_sites", "relation_html", "plan_html", "futures_html"]
 

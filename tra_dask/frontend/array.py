@@ -23,7 +23,7 @@ import numbers
 
 import numpy as np
 
-from .chunk_ops import BINARY_OPS
+from .chunk_ops import BINARY_OPS, ORDERED, full_region
 from .chunking import check_chunking
 from .einsum import check_optimize, interleaved, parse, symbol
 from .nodes import ArgReduce, Einsum, Elementwise, Leaf, Permute, Reduce, ScalarOp, Slice, Take, Unary
@@ -48,8 +48,6 @@ def _filled(shape, dtype, value=None) -> "Array":
     """An array known from shapes alone: an empty one (an axis of extent 0: numpy's
     result, held here, nothing to plan), or ``value`` everywhere (a sum over an empty
     axis: zeros; made where the plan puts it, like a ``from_region`` array)."""
-    from .chunk_ops import full_region
-
     shape, dtype = tuple(int(n) for n in shape), np.dtype(dtype)
     label = f"{'x'.join(map(str, shape)) or 'scalar'} {dtype}"
     if 0 in shape:
@@ -73,7 +71,7 @@ def _is_dask(x) -> bool:
     return type(x).__module__.startswith("dask.array") and hasattr(x, "chunks")
 
 
-def _regular_chunks(chunks) -> tuple:
+def regular_chunks(chunks) -> tuple:
     """A block size per axis from dask-style chunks, None where they are irregular."""
     out = []
     for c in chunks:
@@ -89,8 +87,6 @@ def from_array(x, chunks=None, name: str | None = None) -> "Array":
     chunks and placement kept unless re-chunking is cheaper), a TRA relation whose
     keys form the chunk grid of one tensor, a submission's futures, or anything
     ``numpy.asarray`` takes."""
-    from ..logical.nodes import Relation
-
     if isinstance(x, Array):
         return x
     if hasattr(x, "__tra_relation__") and not isinstance(x, Relation):
@@ -107,7 +103,7 @@ def from_array(x, chunks=None, name: str | None = None) -> "Array":
         if chunks is not None:
             x = x.rechunk(chunks)
         return Array(Leaf(shape, np.dtype(x.dtype), data=x, kind="dask",
-                          chunks=_regular_chunks(x.chunks), name=name or f"dask[{x.name[:16]}]"))
+                          chunks=regular_chunks(x.chunks), name=name or f"dask[{x.name[:16]}]"))
     if not (hasattr(x, "shape") and hasattr(x, "dtype") and hasattr(x, "__getitem__")):
         try:
             x = np.asarray(x)
@@ -118,8 +114,6 @@ def from_array(x, chunks=None, name: str | None = None) -> "Array":
         return _filled(shape, x.dtype)
     fixed = None
     if chunks is not None:
-        from ..types import normalize_chunks
-
         fixed = normalize_chunks(chunks, shape, where=f"from_array {name or ''}".rstrip()) if shape else ()
         fixed = tuple(min(int(b), n) for b, n in zip(fixed, shape))  # a block is at most the extent
     label = name or f"array[{'x'.join(map(str, shape)) or 'scalar'} {x.dtype}]"
@@ -131,8 +125,6 @@ def _check_leaf(where: str, shape, dtype, empty: bool = False) -> tuple:
     axis of extent 0 only with ``empty``: a numpy or dask array may have one, a
     ``from_region`` array may not), and a dtype the array kernels compute in (bool,
     integer, floating or complex: numpy, dask and region inputs alike)."""
-    from ..types import check_extents
-
     if empty and isinstance(shape, (tuple, list)):
         zero = [d for d, n in enumerate(shape) if isinstance(n, (int, np.integer)) and
                 not isinstance(n, (bool, np.bool_)) and n == 0]
@@ -163,8 +155,6 @@ def from_region(fn, shape, dtype, chunks="auto", name: str | None = None) -> "Ar
     >>> td.to_numpy(x.sum(axis=0))
     array([ 3,  6,  9, 12])
     """
-    from ..types import normalize_chunks
-
     where = f"from_region {name or getattr(fn, '__name__', '')}".rstrip()
     if not callable(fn):
         raise TypeError(f"{where}: fn must be callable (a tuple of slices -> the array of that region), got {fn!r}")
@@ -268,8 +258,6 @@ class Array:
 
     # -- elementwise ----------------------------------------------------------
     def _binary(self, other, op, reflected=False):
-        from .chunk_ops import ORDERED
-
         where = f"td.Array {_NAME[op]}"
         if _is_scalar(other):
             if op in ORDERED:
@@ -307,9 +295,6 @@ class Array:
     def __pos__(self): return self
 
     def _unary(self, name):
-        from ..kernels import get_kernel
-        from ..types import ArrayType
-
         if name == "relu":
             _refuse_complex("td.Array relu (numpy.maximum(x, 0))", self.dtype)
         t = get_kernel(name).out_type(ArrayType((1,) * max(self.ndim, 1), self.dtype))
@@ -485,7 +470,7 @@ class Array:
 
     # -- numpy protocols ---------------------------------------------------------
     def __array__(self, dtype=None, copy=None):
-        out = _run.compute_local_or_cluster(self)
+        out = _run.cluster_api().compute_local_or_cluster(self)
         return out.astype(dtype) if dtype is not None else out
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -530,12 +515,12 @@ class Array:
 
     def plan(self, client=None, sites=None, **kw):
         """The plan :meth:`compute` runs (chunking included; ``plan.explain()``)."""
-        return _run.plan(self, client=client, sites=sites, **kw)[0]
+        return _run.cluster_api().plan(self, client=client, sites=sites, **kw)
 
     def compute(self, client=None, sites=None, **kw):
         """Run on the cluster (the current Dask client, else the embedded one) and
         return a numpy array."""
-        return _run.compute(self, client=client, sites=sites, **kw)
+        return _run.cluster_api().compute(self, client=client, sites=sites, **kw)
 
     def to_dask_array(self, client=None, sites=None, **kw):
         """Run on the cluster and return a dask array backed by the result's futures
@@ -544,7 +529,7 @@ class Array:
             import dask.array as da
 
             return da.from_array(np.empty(self.shape, self.dtype))
-        return _run.submit(self, client=client, sites=sites, **kw).to_dask_array()
+        return _run.cluster_api().submit(self, client=client, sites=sites, **kw).to_dask_array()
 
 
 
@@ -628,7 +613,6 @@ def einsum(subscripts, *operands, chunks="auto", optimize="auto", dtype=None, ca
     subs, out, sizes = parse(subscripts, [x.shape for x in ops])
     view = len(ops) == 1 and set(subs[0]) <= set(out)
     result = _einsum_dtype(f"einsum {subscripts!r}", ops, dtype, casting, order, view)
-    from ..types import check_extents
 
     if isinstance(chunks, (int, np.integer)) and not isinstance(chunks, (bool, np.bool_)):
         (block,) = check_extents((chunks,), f"einsum {subscripts!r}", what="chunks")
@@ -807,3 +791,6 @@ if hasattr(np, "amax"):
     _FUNCTIONS.setdefault(np.amin, _FUNCTIONS[np.min])
 
 from . import run as _run  # noqa: E402  (run imports this module's Array)
+from ..logical.nodes import Relation
+from ..types import ArrayType, check_extents, normalize_chunks
+from ..kernels import get_kernel

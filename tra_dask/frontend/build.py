@@ -19,6 +19,8 @@ from .. import logical as L
 from ..keys import Const, Dim, key_map, project
 from . import chunk_ops as ops
 from .nodes import ArgReduce, Einsum, Elementwise, Leaf, Permute, Reduce, ScalarOp, Slice, Take, Unary
+from .einsum import contraction_paths
+from ..kernels import scale
 
 __all__ = ["Builder"]
 
@@ -172,8 +174,6 @@ class Builder:
         if path is None and isinstance(node.optimize, tuple):  # a path given (checked by einsum)
             path = node.optimize
         if path is None:
-            from .einsum import contraction_paths
-
             path = contraction_paths([s for _, s in terms], node.out, dict(node.sizes))[0]
         for step in path:  # opt_einsum's format: the operands at these positions go, their result goes last
             rest = [t for n, t in enumerate(terms) if n not in step]
@@ -257,8 +257,6 @@ class Builder:
     def _scalarop(self, node: ScalarOp):
         x = self(node.inputs[0])
         if node.op == "mul" and not node.reflected and type(node.value) is float and x.type.dtype.kind == "f":
-            from ..kernels import scale
-
             if np.result_type(x.type.dtype, 1.0) == x.type.dtype:
                 return L.transform(x, scale(node.value))
         return L.transform(x, ops.scalar_kernel(node.op, node.value, node.reflected))

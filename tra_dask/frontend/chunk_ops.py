@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..kernels import Kernel, KernelTypeError, _mul, array_module, get_kernel, one_pass, sum_of_product
+from ..kernels import Kernel, KernelTypeError, multiply as _mul, array_module, get_kernel, one_pass, sum_of_product
 
 __all__ = [
     "einsum_kernel", "squeeze_kernel", "expand_kernel", "permute_kernel", "broadcast_kernel",

@@ -1,39 +1,48 @@
-"""Planning and running array expressions: chunking chosen with the plan.
+"""Planning array expressions: the chunking chosen with the plan.
 
-In this process (``td.to_numpy(x)``, ``x.relation``) the cluster is described by a
-:class:`~tra_dask.ClusterSpec` (defaults, ``sites`` sites) and the plan is only
-costed; on a cluster (``x.compute()``, ``x.to_dask_array()``, ``x.plan(client)``)
-every candidate chunking is planned by :func:`tra_dask.plan_for` with the time
-objective on the calibrated cluster, data already there (dask arrays) at its
-fixed placement.
+:func:`plan_chunking` compares candidate chunkings by planning each with the planning
+function it is given, on a :class:`~tra_dask.ClusterSpec`.  In this process
+(``td.to_numpy(x)``, ``x.relation``) that is :func:`tra_dask.optimize` on the default
+spec (``sites`` sites: :func:`build_local`); on a cluster (``x.compute()``,
+``x.plan(client)``) :mod:`tra_dask.runtime.arrays` hands it the cluster's planning
+function (:func:`tra_dask.plan_for`'s, the calibrated spec, data already there at its
+fixed placement).  This module imports neither the runtime nor calibration.
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import fields
 
 import numpy as np
 
 from .. import logical as L
 from ..kernels import is_device, to_host
+from ..optimizer import compile as _compile, optimize
+from ..optimizer.cache import type_token
+from ..optimizer.cluster import ClusterSpec
 from ..optimizer.optimize import NoPlanFits
 from ..optimizer.plan import Stage
+from .array import Array, regular_chunks
 from .build import Builder, computed_here as _computed_here
-from .chunking import AxisClasses, choose
+from .chunking import AxisClasses, _topo, choose
 from .einsum import contraction_paths
 from .nodes import Einsum, Leaf
 
-__all__ = ["build_local", "plan", "submit", "compute", "compute_local_or_cluster"]
+__all__ = ["build_local", "evaluate_local", "plan_chunking", "cluster_api", "QUICK"]
 
 
-def _current_client():
-    try:
-        from ..runtime.cluster import current_client
-    except ImportError:  # pragma: no cover - distributed not installed
-        return None
-    return current_client()
+def cluster_api():
+    """:mod:`tra_dask.api`, the module that plans and runs arrays on a cluster
+    (``x.compute()``, ``x.plan(client)``, ``numpy.asarray(x)``), loaded on first use.
+
+    It sits above the front-end (it imports the runtime, which imports this package
+    and distributed), so the front-end names it here, once, instead of importing it:
+    the front-end itself imports neither the runtime nor calibration."""
+    return importlib.import_module("tra_dask.api")
 
 
 class _Placeholder:
@@ -46,15 +55,11 @@ class _Placeholder:
 
 def _multi_paths(roots):
     """Einsum nodes of more than two operands whose contraction order is ours to choose."""
-    from .chunking import _topo
-
     return [n for n in _topo(roots) if isinstance(n, Einsum) and len(n.subs) > 2]
 
 
-def _arrays(x) -> tuple:
+def as_arrays(x) -> tuple:
     """One array or several (planned together: shared work is done once)."""
-    from .array import Array
-
     xs = tuple(x) if isinstance(x, (tuple, list)) else (x,)
     bad = [type(a).__name__ for a in xs if not isinstance(a, Array)]
     if bad or not xs:
@@ -62,20 +67,20 @@ def _arrays(x) -> tuple:
     return xs
 
 
-def _refuse_empty(x, where: str):
+def refuse_empty(x, where: str):
     """An array with an axis of extent 0 has numpy's empty result, held in its leaf:
     there is no relation (chunks have extents >= 1) and nothing to plan."""
-    for a in _arrays(x):
+    for a in as_arrays(x):
         if a.size == 0:
             raise ValueError(f"{where}: the td.Array of shape {a.shape} is empty (an axis of extent 0): there is "
                              f"nothing to plan or run; td.to_numpy(x), x.compute() and numpy.asarray(x) give "
                              f"numpy's empty array")
 
 
-def _with_empties(x, run):
+def with_empties(x, run):
     """``run(x)`` for the arrays of ``x`` that are not empty; the empty ones are
     numpy's empty arrays of their shape and dtype (known without running)."""
-    xs = _arrays(x)
+    xs = as_arrays(x)
     if all(a.size for a in xs):
         return run(x)
     if not isinstance(x, (tuple, list)):
@@ -119,11 +124,6 @@ def _structure(roots, sites: int, spec) -> tuple:
     parameters, its inputs (by position), each leaf's kind, shape, dtype and given
     chunks (a dask array's chunks; a relation's type) — not the numbers in the data —
     and the cluster."""
-    from dataclasses import fields
-
-    from ..optimizer.cache import type_token
-    from .chunking import _topo
-
     ids: dict = {}
     parts = []
     leaves: dict = {}
@@ -144,7 +144,7 @@ _CHOICES: "OrderedDict" = OrderedDict()  # _structure -> (blocks, contraction pa
 _CHOICES_LOCK = threading.Lock()
 
 
-def _choose(x, sites: int, plan_rel, dask_source, spec, context=()):
+def plan_chunking(x, sites: int, plan_rel, dask_source, spec, context=()):
     """Chunking, contraction order and plan for ``x`` (an array, or a tuple of
     arrays planned together): ``plan_rel(rel, quick) -> Plan`` (``quick``: a
     narrower search, for comparing candidates).  A candidate that re-chunks a dask
@@ -153,10 +153,8 @@ def _choose(x, sites: int, plan_rel, dask_source, spec, context=()):
     structure — :func:`_structure` and ``context`` — was chosen for before: that
     chunking is planned again over this data); the plan carries a ``chunking`` stage saying
     what was chosen and why."""
-    from .array import _regular_chunks
-
     several = isinstance(x, (tuple, list))
-    roots = [a._node for a in _arrays(x)]
+    roots = [a._node for a in as_arrays(x)]
     t0 = time.perf_counter()
     cl = AxisClasses(roots)
     multi = _multi_paths(roots)
@@ -176,7 +174,7 @@ def _choose(x, sites: int, plan_rel, dask_source, spec, context=()):
                 return min(blocks[cl.of[(node, axis)]], max(1, node.shape[axis]))
 
             def source(arr, chunks, name):
-                if placeholders and _regular_chunks(arr.chunks) != tuple(chunks):
+                if placeholders and regular_chunks(arr.chunks) != tuple(chunks):
                     used.append(arr)  # costed as data placed freely (+ the re-chunk); made only if chosen
                     return L.from_function(_Placeholder(), arr.shape, chunks, arr.dtype, name=f"{name}(rechunked)")
                 return dask_source(arr, chunks, name)
@@ -233,10 +231,7 @@ def _choose(x, sites: int, plan_rel, dask_source, spec, context=()):
 def build_local(x, sites: int = 1, memory_limit=None):
     """``(relation, plan)`` for ``x`` planned in this process for ``sites`` sites of
     the default :class:`~tra_dask.ClusterSpec` (``memory_limit``: bytes per site)."""
-    from ..optimizer import optimize
-    from ..optimizer.cluster import ClusterSpec
-
-    _refuse_empty(x, "td.Array.to_relation")
+    refuse_empty(x, "td.Array.to_relation")
     spec = ClusterSpec(sites=sites) if memory_limit is None else ClusterSpec(sites=sites,
                                                                              memory_per_site=memory_limit)
     cache: dict = {}
@@ -248,103 +243,11 @@ def build_local(x, sites: int = 1, memory_limit=None):
 
     def plan_rel(rel, quick):
         if sites == 1 and memory_limit is None:  # nothing to place, nothing to fit: the paper's plan
-            from ..optimizer import compile as _compile
-
             return _compile(rel, sites=1)
         return optimize(rel, sites=sites, objective="time", cluster=spec, **(QUICK if quick else {}))
 
-    rel, p, _ = _choose(x, sites, plan_rel, local_dask, spec, context=(memory_limit,))
+    rel, p, _ = plan_chunking(x, sites, plan_rel, local_dask, spec, context=(memory_limit,))
     return rel, p
-
-
-def plan(x, client=None, sites=None, *, calibrate: bool = True, memory_limit=None):
-    """``(plan, client, workers)`` for running ``x`` on a cluster."""
-    from ..runtime import _resolve
-
-    _refuse_empty(x, "td.Array.plan")
-    client = client or _current_client()
-    client, workers = _resolve(client, sites)
-    return _plan_on(x, client, workers, calibrate=calibrate, memory_limit=memory_limit), client, workers
-
-
-def _plan_on(x, client, workers, *, calibrate: bool = True, memory_limit=None):
-    """The plan for ``x`` on ``workers`` of ``client``, chunking chosen with it.  The
-    runtime knows how it was made (:func:`tra_dask.runtime.submit._remember`): where
-    Dask moves the data it reads before it runs (the Active Memory Manager dropping a
-    replica), it is planned again for where the data is, as :func:`tra_dask.plan_for`'s
-    plans are."""
-    from ..runtime.calibrate import cluster_spec
-    from ..runtime import from_dask_array, plan_for
-    from ..runtime.submit import _remember
-
-    made: dict = {}
-
-    def dask_source(arr, chunks, name):  # persisted once per chunking, where dask puts it
-        from .array import _regular_chunks
-
-        key = (arr.name, tuple(chunks))
-        if key not in made:
-            cut = arr if _regular_chunks(arr.chunks) == tuple(chunks) else arr.rechunk(chunks)
-            made[key] = from_dask_array(cut, name=name, client=client)
-        return made[key]
-
-    def plan_rel(rel, quick):
-        return plan_for(rel, client, workers, objective="time", calibrate=calibrate, memory_limit=memory_limit,
-                        **(QUICK if quick else {}))
-
-    spec = cluster_spec(client, calibrate_=calibrate)
-    _, p, _ = _choose(x, len(workers), plan_rel, dask_source, spec, context=(tuple(workers), memory_limit, calibrate))
-    # the final plan is plan_rel's full search, with the chunking stage recorded before it
-    return _remember(p, p.stages[:1], objective="time", calibrate=calibrate, memory_limit=memory_limit)
-
-
-def submit(x, client=None, sites=None, **kw):
-    """Run ``x``; its :class:`~tra_dask.runtime.ArrayFutures` (a tuple of them for a tuple).
-
-    Planned and sent as a relation is (:func:`tra_dask.runtime.submit`): a worker lost
-    while it is planned or sent makes it plan again on the workers there are, and the
-    results are the objects a recovery updates."""
-    from ..runtime.submit import _submit_planned
-
-    _refuse_empty(x, "td.submit")
-    name = kw.pop("name", None)
-    calibrate, memory_limit = kw.pop("calibrate", True), kw.pop("memory_limit", None)
-    if kw:
-        raise TypeError(f"submit() of an array got unexpected keyword argument(s) {sorted(kw)}")
-    options = dict(optimize=True, memory_limit=memory_limit, cost_model="exact", objective="time",
-                   calibrate=calibrate, name=name)  # what a recovery plans the expression with again
-
-    def make(client, workers):
-        return _plan_on(x, client, workers, calibrate=calibrate, memory_limit=memory_limit)
-
-    return _submit_planned(make, client or _current_client(), sites, options, array=True)
-
-
-def compute(x, client=None, sites=None, progress: bool = False, **kw):
-    """Run ``x`` on the cluster; the assembled array (a tuple of them for a tuple) in
-    its chunks' array module, as dask returns it: numpy, or cupy for cupy chunks.
-    ``progress``: draw a progress bar while it runs (as :func:`tra_dask.compute` of a
-    relation does by default)."""
-    from ..runtime.submit import _Progress
-
-    if not all(a.size for a in _arrays(x)):
-        return _with_empties(x, lambda rest: compute(rest, client, sites, progress, **kw))
-    out = submit(x, client, sites, **kw)
-    items = list(out) if isinstance(out, tuple) else [out]
-    bar = _Progress(items) if progress else None
-    try:
-        got = [o.assembled() for o in items]
-    finally:
-        if bar is not None:
-            bar.close()
-    return tuple(got) if isinstance(out, tuple) else got[0]
-
-
-def compute_local_or_cluster(x):
-    """``numpy.asarray(x)``: on the current Dask client if there is one, else here."""
-    if _current_client() is not None:
-        return to_host(compute(x))
-    return evaluate_local(x)
 
 
 def evaluate_local(x, sites: int = 1, host: bool = True):
@@ -352,8 +255,8 @@ def evaluate_local(x, sites: int = 1, host: bool = True):
     reference evaluator: numpy arrays (``host``), else each array in its chunks'
     own module (cupy chunks give a cupy array, with no copy to the host).  An empty
     array is numpy's empty array (nothing runs)."""
-    if not all(a.size for a in _arrays(x)):
-        return _with_empties(x, lambda rest: evaluate_local(rest, sites, host))
+    if not all(a.size for a in as_arrays(x)):
+        return with_empties(x, lambda rest: evaluate_local(rest, sites, host))
     rel, _ = build_local(x, sites)
     done = to_host if host else (lambda a: a)
     if isinstance(rel, tuple):

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..kernels import array_module, on_device_of
 from .nodes import Aggregate, Concat, Filter, Join, Rekey, Relation, Tile, Transform, _fmt_keys, toposort
-from .sources import Source
+from .sources import FromChunks, FromFunction, FromNumpy, Source
 
 __all__ = ["evaluate", "to_numpy", "check_integrity", "check_outputs", "flatten_outputs", "substitute"]
 
@@ -211,8 +211,6 @@ _EVAL: dict[type, Callable[..., Chunks]] = {
 
 
 def _register_sources():
-    from .sources import FromChunks, FromFunction, FromNumpy
-
     for cls in (FromNumpy, FromChunks, FromFunction):
         _EVAL[cls] = _eval_source
 

@@ -22,7 +22,8 @@ import numpy as np
 from ..kernels import Kernel, KernelTypeError
 from ..keys import KeyFn, Predicate
 from ..node import Node, toposort
-from ..types import (ArrayType, Key, RelationType, Shape, _mixed_radix_cols, check_size, encode_rows, join_codes,
+from ..viz import relation_html
+from ..types import (ArrayType, Key, RelationType, Shape, mixed_radix_cols, check_size, encode_rows, join_codes,
                      key_codes, lexsort_rows, max_tuples, pair_count, unique, unique_first_inverse)
 
 __all__ = ["Relation", "Aggregate", "Join", "Rekey", "Filter", "Transform", "Tile", "Concat", "toposort"]
@@ -48,7 +49,7 @@ def _fmt_keys(keys, limit: int = 4) -> str:
     return s + (f", ... ({len(keys)} in all)" if len(keys) > limit else "")
 
 
-def _check_dims(where: str, rel: "Relation", dims, what: str, n: int, unit: str = "key") -> tuple[int, ...]:
+def check_dims(where: str, rel: "Relation", dims, what: str, n: int, unit: str = "key") -> tuple[int, ...]:
     """``dims`` as a tuple of distinct ints in ``range(n)`` or a clear error."""
     if isinstance(dims, (int, np.integer)) and not isinstance(dims, bool):
         dims = (dims,)
@@ -141,43 +142,33 @@ class Relation(Node):
 
     # -- fluent API (same semantics as the td.* functions) -----------------
     def aggregate(self, group_by, kernel):
-        from .builders import aggregate
-        return aggregate(self, group_by, kernel)
+        return _builders.aggregate(self, group_by, kernel)
 
     def join(self, right, left_on, right_on, kernel):
-        from .builders import join
-        return join(self, right, left_on, right_on, kernel)
+        return _builders.join(self, right, left_on, right_on, kernel)
 
     def rekey(self, key_fn):
-        from .builders import rekey
-        return rekey(self, key_fn)
+        return _builders.rekey(self, key_fn)
 
     def filter(self, pred):
-        from .builders import filter
-        return filter(self, pred)
+        return _builders.filter(self, pred)
 
     def transform(self, kernel):
-        from .builders import transform
-        return transform(self, kernel)
+        return _builders.transform(self, kernel)
 
     def tile(self, tile_dim, tile_size):
-        from .builders import tile
-        return tile(self, tile_dim, tile_size)
+        return _builders.tile(self, tile_dim, tile_size)
 
     def concat(self, key_dim, array_dim):
-        from .builders import concat
-        return concat(self, key_dim, array_dim)
+        return _builders.concat(self, key_dim, array_dim)
 
     def evaluate(self, **kw):
-        from .evaluate import evaluate
-        return evaluate(self, **kw)
+        return _evaluate_expr(self, **kw)
 
     def to_numpy(self):
-        from .evaluate import to_numpy
-        return to_numpy(self)
+        return _to_numpy(self)
 
     def _repr_html_(self) -> str:
-        from ..viz import relation_html
         return relation_html(self)
 
 
@@ -309,7 +300,7 @@ def aggregate_type(node) -> RelationType:
     """Type rule of aggregate (also used by the IA operator that implements it)."""
     where = f"aggregate({node.input.label}, group_by={node.group_by}, kernel={node.kernel!r})"
     t = node.input.type
-    gb = _check_dims(where, node.input, node.group_by, "group_by", t.arity)
+    gb = check_dims(where, node.input, node.group_by, "group_by", t.arity)
     object.__setattr__(node, "group_by", gb)
     if t.ntuples == 0:
         return RelationType(np.zeros((0, len(gb)), np.int64), [], [], t.dtype)
@@ -351,7 +342,7 @@ def _groups(t: RelationType, gb) -> tuple:
     bases = [t.frontier[d] for d in gb]
     bound = math.prod(bases)
     if bound < 2**62:  # encode_rows' code (its bases are the column maxima + 1: the frontier)
-        return unique_first_inverse(_mixed_radix_cols(t.keys, gb, bases), bound)
+        return unique_first_inverse(mixed_radix_cols(t.keys, gb, bases), bound)
     uniq, first, inv = np.unique(encode_rows(t.keys[:, list(gb)]), return_index=True, return_inverse=True)
     return uniq, first, inv.reshape(-1)
 
@@ -366,8 +357,8 @@ def join_type(node, strict_ranges: bool = True) -> RelationType:
         f"join({node.left.label}, {node.right.label}, left_on={node.left_on}, "
         f"right_on={node.right_on}, kernel={node.kernel!r})"
     )
-    lo = _check_dims(where, node.left, node.left_on, "left_on", L.arity)
-    ro = _check_dims(where, node.right, node.right_on, "right_on", R.arity)
+    lo = check_dims(where, node.left, node.left_on, "left_on", L.arity)
+    ro = check_dims(where, node.right, node.right_on, "right_on", R.arity)
     if len(lo) != len(ro):
         raise ValueError(
             f"{where}: left_on {lo} and right_on {ro} have different lengths; "
@@ -500,7 +491,7 @@ def tile_type(node) -> RelationType:
     """Type rule of tile (also used by the IA operator that implements it)."""
     t = node.input.type
     where = f"tile({node.input.label}, tile_dim={node.tile_dim}, tile_size={node.tile_size})"
-    (d,) = _check_dims(where, node.input, (node.tile_dim,), "tile_dim", t.rank, unit="array")
+    (d,) = check_dims(where, node.input, (node.tile_dim,), "tile_dim", t.rank, unit="array")
     size = node.tile_size
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
         raise ValueError(f"{where}: tile_size must be a positive int, got {size!r}")
@@ -520,8 +511,8 @@ def concat_type(node) -> RelationType:
     """Type rule of concat (also used by the IA operator that implements it)."""
     t = node.input.type
     where = f"concat({node.input.label}, key_dim={node.key_dim}, array_dim={node.array_dim})"
-    (kd,) = _check_dims(where, node.input, (node.key_dim,), "key_dim", t.arity)
-    (ad,) = _check_dims(where, node.input, (node.array_dim,), "array_dim", t.rank, unit="array")
+    (kd,) = check_dims(where, node.input, (node.key_dim,), "key_dim", t.arity)
+    (ad,) = check_dims(where, node.input, (node.array_dim,), "array_dim", t.rank, unit="array")
     rest = [i for i in range(t.arity) if i != kd]
     sort_keys = np.concatenate([t.keys[:, rest], t.keys[:, [kd]]], axis=1)
     order = lexsort_rows(sort_keys)
@@ -557,3 +548,8 @@ def concat_type(node) -> RelationType:
 
 
 # ---------------------------------------------------------------------------
+
+
+# the fluent methods above call these; they import this module (so they come last)
+from . import builders as _builders  # noqa: E402
+from .evaluate import evaluate as _evaluate_expr, to_numpy as _to_numpy  # noqa: E402

@@ -53,6 +53,9 @@ the work is ``bmkn``; with ``b = 1`` it is the matmul bound.
 from __future__ import annotations
 
 import math
+from ..logical import Join
+from ..logical.evaluate import flatten_outputs
+from ..node import toposort
 
 __all__ = ["matmul_lower_bound", "matmul_regime", "einsum_lower_bound", "contraction_dims", "least_words", "plan_lower_bound"]
 
@@ -251,10 +254,6 @@ def plan_lower_bound(plan) -> dict | None:
     "moved", "ratio"}`` — the plan's floats moved over ``sites ×`` the per-site bound
     (a balanced plan cannot be under 1; module doc) — or None when the plan is
     something else (several contractions: a program has no bound here)."""
-    from ..logical import Join
-    from ..logical.evaluate import flatten_outputs
-    from ..node import toposort
-
     if plan.expr is None:
         return None
     try:

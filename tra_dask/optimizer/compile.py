@@ -22,7 +22,7 @@ from ..logical import Aggregate, Concat, Filter, Join, Rekey, Relation, Source, 
 from ..node import toposort
 from ..physical import (Broadcast, ConcatAgg, KeyArrayMap, LocalAggregate, LocalFilter, LocalJoin, LocalMap, Part,
                         PSource, Shuffle, TileMap, as_placement)
-from ..physical.placement import _check_nsites
+from ..physical.placement import check_nsites
 from .plan import COST_MODELS, Plan
 
 __all__ = ["compile", "default_placement"]
@@ -42,7 +42,7 @@ def compile(expr, sites: int, placements=None, cost_model: str = "exact") -> Pla
     ``{key: site}``.  A source given a placement here is *fixed* (its data is taken
     to be there already); the others get :func:`default_placement` and are *free*.
     """
-    sites = _check_nsites(sites)
+    sites = check_nsites(sites)
     if cost_model not in COST_MODELS:
         raise ValueError(f"unknown cost_model {cost_model!r}; valid: {', '.join(COST_MODELS)}")
     outputs, rebuild = flatten_outputs(expr)

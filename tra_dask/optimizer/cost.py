@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..node import toposort
-from ..physical import Broadcast, KeyArrayMap, LocalMap, PNode, Shuffle, demand
+from ..physical import Broadcast, KeyArrayMap, LocalFilter, LocalMap, PNode, Shuffle, demand
 from ..types import first_of_each
+from ..physical.work import first_moves, node_work
 
 __all__ = ["COST_MODELS", "NodeCost", "Cost", "node_cost", "plan_cost", "brute_force_frontier"]
 
@@ -174,8 +175,6 @@ def _tasks(node: PNode, need: np.ndarray) -> tuple:
     site, for a move the floats each site receives and sends, the bytes of the
     arrays the tasks make on each site (one per task: its first tuple's chunk) and
     the flops its kernels run on each site — the time model's inputs."""
-    from ..physical.work import node_work
-
     w = node_work(node, need)
     s = node.nsites
     per_site = np.bincount(w.task_site, minlength=s) if w.ntasks else np.zeros(s, np.int64)
@@ -263,8 +262,6 @@ def _one_transfer_per_array_and_site(nodes, need, per, digests: dict | None = No
     node's count is its own."""
     import dataclasses
 
-    from ..physical.work import first_moves
-
     movers = [n for n in nodes if isinstance(n, (Broadcast, Shuffle))]
     if not movers:
         return dict(per)
@@ -339,8 +336,6 @@ def brute_force_frontier(node: PNode) -> tuple:
     past the largest value per dim.  It assumes a continuous input, as the paper does;
     the exact key sets (``node.type``) need no such assumption — tests check the two
     agree."""
-    from ..physical import LocalFilter
-
     f_in = node.input.type.frontier
     grid = np.indices(f_in).reshape(len(f_in), -1).T if f_in else np.zeros((1, 0), np.int64)
     if isinstance(node, LocalFilter):

@@ -35,6 +35,9 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from .cost import Cost
+from .cluster import ClusterSpec
+from .time import plan_seconds, with_seconds
+from ..units import parse_bytes
 
 __all__ = ["Objective", "FewestBytes", "FastestTime", "OBJECTIVES", "as_objective", "parse_memory_limit"]
 
@@ -93,8 +96,6 @@ class FastestTime:
     name = "time"
 
     def __init__(self, memory_limit: float | None = None, cluster=None, band: float | None = None):
-        from .cluster import ClusterSpec
-
         if cluster is not None and not isinstance(cluster, ClusterSpec):
             raise TypeError(f"cluster must be a td.ClusterSpec (see td.calibrate), got {type(cluster).__name__}")
         self.cluster = cluster
@@ -106,8 +107,6 @@ class FastestTime:
 
     def spec(self, sites: int):
         """The cluster the plans run on, for ``sites`` sites."""
-        from .cluster import ClusterSpec
-
         got = self._specs.get(sites)
         if got is None:
             got = self._specs[sites] = (ClusterSpec(sites=sites) if self.cluster is None
@@ -116,14 +115,10 @@ class FastestTime:
         return got
 
     def seconds(self, cost: Cost) -> float:
-        from .time import plan_seconds
-
         return plan_seconds(cost, self.spec(cost.sites))[0]
 
     def annotate(self, cost: Cost) -> Cost:
         """``cost`` with its predicted seconds filled in."""
-        from .time import with_seconds
-
         return with_seconds(cost, self.spec(cost.sites))
 
     def __call__(self, cost: Cost) -> tuple:
@@ -194,7 +189,6 @@ def parse_memory_limit(limit) -> float | None:
     if limit is None:
         return None
     if isinstance(limit, str):
-        from .._format import parse_bytes
         try:
             value = parse_bytes(limit)
         except ValueError as e:

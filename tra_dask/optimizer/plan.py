@@ -8,7 +8,13 @@ from typing import Callable
 
 from ..node import canonical, toposort
 from .cost import COST_MODELS, Cost, plan_cost
-from .._format import fmt_bytes as _fmt_bytes
+from ..units import fmt_bytes as _fmt_bytes
+from ..physical import LocalAggregate, Shuffle
+from .rules import classify
+from .bounds import plan_lower_bound
+from ..viz import plan_html, to_networkx, visualize
+from ..physical.nodes import PSource
+from ..physical.work import plan_work
 
 __all__ = ["Plan", "Stage", "COST_MODELS"]
 
@@ -115,8 +121,6 @@ class Plan:
         """Whether its sources hold GPU (cupy) chunks: the plan computes on the device."""
         got = self.__dict__.get("_on_device")
         if got is None:  # (read on every gather of its results: walked once)
-            from ..physical.nodes import PSource
-
             got = any(isinstance(n, PSource) and n.source.device for n in self.nodes)
             object.__setattr__(self, "_on_device", got)
         return got
@@ -131,8 +135,6 @@ class Plan:
         """What the plan runs (:func:`tra_dask.physical.work.plan_work`: tasks, sites,
         transfers, fusion) — shared by its cost and its lowering."""
         if self._work is None:
-            from ..physical.work import plan_work
-
             object.__setattr__(self, "_work", plan_work(self.outputs, fusion=self.fusion))
         return self._work
 
@@ -146,9 +148,6 @@ class Plan:
     def strategies(self) -> list[str]:
         """The recognised strategies of the plan's contractions (BMM/CMM/RMM,
         data-/model-parallel), in plan order."""
-        from ..physical import LocalAggregate, Shuffle
-        from .rules import classify
-
         inner = set()  # the first fold of a pre-aggregated contraction is named with the last
         for n in self.nodes:
             if isinstance(n, LocalAggregate):
@@ -243,8 +242,6 @@ class Plan:
             if len(self.outputs) > 1:
                 lines.append(f"  output {i}:")
             walk(o, 1 if len(self.outputs) > 1 else 0)
-        from .bounds import plan_lower_bound
-
         bound = plan_lower_bound(self)  # one two-operand contraction: its traffic against the lower bound
         if bound is not None:
             per_site = c.floats_moved / self.sites
@@ -264,15 +261,12 @@ class Plan:
         p.text(self.explain())
 
     def _repr_html_(self) -> str:
-        from ..viz import plan_html
         return plan_html(self)
 
     def to_networkx(self):
         """The plan as a networkx DiGraph (see :func:`tra_dask.viz.to_networkx`)."""
-        from ..viz import to_networkx
         return to_networkx(self)
 
     def visualize(self, filename: str | None = None, format: str | None = None):
         """Draw the plan (matplotlib); write ``filename`` if given (see :func:`tra_dask.viz.visualize`)."""
-        from ..viz import visualize
         return visualize(self, filename, format)

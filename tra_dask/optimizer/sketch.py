@@ -50,6 +50,8 @@ from ..node import toposort
 from ..physical import (Assign, KeyArrayMap, KeySites, LocalAggregate, LocalJoin, LocalMap, PlacementError, PSource,
                         Shuffle)
 from ..types import RelationType, grid_type
+from ..kernels import Premapped
+from .rules._util import folds_equal_shapes, is_identity_map, join_pairs_equal_shapes
 
 __all__ = ["SKETCH_TUPLES", "Sketch", "make_sketch", "replay"]
 
@@ -224,10 +226,7 @@ def replay(outputs, sk: Sketch, want_types) -> list:
 def _laws_hold(n) -> bool:
     """The shape-dependent side conditions of R1-4 and R1-7 (premap form), proved
     for the full-size node ``n`` wherever it has the form those rewrites make."""
-    from ..kernels import _Before
-    from .rules._util import folds_equal_shapes, is_identity_map, join_pairs_equal_shapes
-
-    if isinstance(n, LocalJoin) and isinstance(getattr(n.kernel, "fn", None), _Before):
+    if isinstance(n, LocalJoin) and isinstance(getattr(n.kernel, "fn", None), Premapped):
         f = n.kernel.fn
         return f.pre.distributes(f.binary, equal_shapes=join_pairs_equal_shapes(n),
                                  dtypes=(n.left.type.dtype, n.right.type.dtype))

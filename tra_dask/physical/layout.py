@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..types import RelationType, _sorting_permutation, join_codes, join_pairs, key_codes, unique, unique_inverse
+from ..types import RelationType, sorting_permutation, join_codes, join_pairs, key_codes, unique, unique_inverse
 
 __all__ = ["Layout", "PlacementError"]
 
@@ -409,7 +409,7 @@ def expand_layout(inp: Layout, n_in: int, out_rows: np.ndarray, src_rows: np.nda
     physical copy is mapped on its own site.  ``data``: ``"same"`` (filter, pure
     rekey: the input's arrays), ``"per_input"`` (one kernel call per input tuple,
     shared by its outputs) or ``"new"`` (a new array per output, e.g. tiles)."""
-    order = _sorting_permutation(np.asarray(src_rows))  # None: already in order (a filter, most rekeys)
+    order = sorting_permutation(np.asarray(src_rows))  # None: already in order (a filter, most rekeys)
     out_sorted = out_rows if order is None else out_rows[order]
     counts = np.bincount(src_rows, minlength=n_in)
     starts = np.r_[0, np.cumsum(counts)[:-1]]

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..kernels import Kernel
 from ..keys import InsertDim, KeyFn
-from ..logical.nodes import (_check_dims, aggregate_type, concat_type, filter_type, join_type, rekey_type,
+from ..logical.nodes import (check_dims, aggregate_type, concat_type, filter_type, join_type, rekey_type,
                              tile_type, transform_type)
 from ..logical.sources import Source
 from ..node import Node
@@ -267,11 +267,11 @@ class Shuffle(PNode):
             raise ValueError(f"{where}: a shuffle has a grid or a table, not both")
         if self.grid:
             driven = tuple(d for d in self.dims if d is not None)
-            _check_dims(where, self.input, driven, "dims", self.input.type.arity)
+            check_dims(where, self.input, driven, "dims", self.input.type.arity)
             object.__setattr__(self, "dims", tuple(None if d is None else int(d) for d in self.dims))
             object.__setattr__(self, "grid", tuple(int(g) for g in self.grid))
         else:
-            dims = _check_dims(where, self.input, self.dims, "dims", self.input.type.arity)
+            dims = check_dims(where, self.input, self.dims, "dims", self.input.type.arity)
             object.__setattr__(self, "dims", dims)
             if self.table:
                 if len(dims) != 1:

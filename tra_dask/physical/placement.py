@@ -39,7 +39,7 @@ from ..types import RelationType, normalize_key
 __all__ = ["Placement", "All", "Part", "Grid", "KeySites", "Assign", "affinity_table", "blocked_table", "as_placement"]
 
 
-def _check_nsites(nsites) -> int:
+def check_nsites(nsites) -> int:
     if isinstance(nsites, bool) or not isinstance(nsites, (int, np.integer)) or nsites < 1:
         raise ValueError(f"the number of sites must be an int >= 1, got {nsites!r}")
     return int(nsites)
@@ -66,7 +66,7 @@ class All(Placement):
     nsites: int
 
     def __post_init__(self):
-        object.__setattr__(self, "nsites", _check_nsites(self.nsites))
+        object.__setattr__(self, "nsites", check_nsites(self.nsites))
 
     def __repr__(self):
         return "All"
@@ -80,7 +80,7 @@ class Part(Placement):
     nsites: int
 
     def __post_init__(self):
-        object.__setattr__(self, "nsites", _check_nsites(self.nsites))
+        object.__setattr__(self, "nsites", check_nsites(self.nsites))
         object.__setattr__(self, "dims", tuple(int(d) for d in self.dims))
 
     def sites(self, t: RelationType) -> np.ndarray:
@@ -133,7 +133,7 @@ class Grid(Placement):
     nsites: int
 
     def __post_init__(self):
-        object.__setattr__(self, "nsites", _check_nsites(self.nsites))
+        object.__setattr__(self, "nsites", check_nsites(self.nsites))
         object.__setattr__(self, "axes", tuple(None if a is None else int(a) for a in self.axes))
         object.__setattr__(self, "shape", tuple(int(g) for g in self.shape))
         if len(self.axes) != len(self.shape) or any(g < 1 for g in self.shape):
@@ -200,7 +200,7 @@ class KeySites(Placement):
     nsites: int
 
     def __post_init__(self):
-        object.__setattr__(self, "nsites", _check_nsites(self.nsites))
+        object.__setattr__(self, "nsites", check_nsites(self.nsites))
         for key, site in self.items:
             if not 0 <= site < self.nsites:
                 raise ValueError(f"KeySites: key {key} is placed on site {site}; valid sites are 0..{self.nsites - 1}")
@@ -237,7 +237,7 @@ class Assign(Placement):
     nsites: int
 
     def __post_init__(self):
-        object.__setattr__(self, "nsites", _check_nsites(self.nsites))
+        object.__setattr__(self, "nsites", check_nsites(self.nsites))
         object.__setattr__(self, "dim", int(self.dim))
         object.__setattr__(self, "table", tuple(int(x) for x in self.table))
         if any(not 0 <= x < self.nsites for x in self.table):

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..logical import FromFunction, from_function
 from ..types import check_extents, normalize_chunks
+from ..frontend import from_region
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,6 @@ def uniform_array(shape, *, seed: int = 0, dtype="float64", chunks="auto", name:
     >>> x.shape, x.dtype
     ((5, 4), dtype('float64'))
     """
-    from ..frontend import from_region
-
     shape = check_extents(shape, f"uniform_array {name or ''}".rstrip())
     dtype = np.dtype(dtype)
     return from_region(UniformRegion(shape, seed, dtype.str), shape, dtype, chunks=chunks,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ..logical import Relation, transform
-from .linalg import matmul, softmax_rows
+from ..logical import Relation, aggregate, join, transform
+from .linalg import _need_matrix, matmul, softmax_rows
+from ..kernels import scale
 
 
 def ffnn_forward(X: Relation, W1: Relation, W2: Relation, *, softmax: bool = True) -> Relation:
@@ -29,10 +30,6 @@ def ffnn_sgd_step(X: Relation, Y: Relation, W1: Relation, W2: Relation, lr: floa
     Backward: dZ2 = (P - Y) / N, dW2 = A1ᵀ dZ2, dA1 = dZ2 W2ᵀ,
     dZ1 = dA1 ⊙ [Z1 > 0], dW1 = Xᵀ dZ1; W ← W - lr dW.
     """
-    from ..kernels import scale
-    from ..logical import aggregate, join
-    from .linalg import _need_matrix
-
     X, Y, W1, W2 = (_need_matrix("ffnn_sgd_step", n, r) for n, r in (("X", X), ("Y", Y), ("W1", W1), ("W2", W2)))
     n_rows = sum(X.chunk_shape((i, 0))[0] for i in range(X.frontier[0]))
     Z1 = matmul(X, W1)                                   # (n, h)

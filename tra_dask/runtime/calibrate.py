@@ -66,8 +66,12 @@ from urllib.parse import urlsplit
 import dask
 import numpy as np
 
+from ..optimizer import optimize
 from ..optimizer.cluster import ClusterSpec, GpuSpec
-from .cluster import workers_info
+from ..optimizer.time import plan_seconds
+from ..programs import matmul, random_uniform
+from .cluster import _wait_done, workers_info
+from .resident import _cluster_placements, from_dask_array, refresh_sources
 
 __all__ = ["calibrate", "cluster_spec", "set_cluster_spec"]
 
@@ -262,8 +266,6 @@ def _blas_fit(r_small: float, r_large: float, small: int = 64, large: int = 512)
 def _overheads(client, workers) -> tuple[float, float]:
     """``(per submission, per task)`` seconds: plans on tiny chunks with few and many
     tasks, each the best of three runs, and the line through them."""
-    from ..optimizer import optimize
-    from ..programs import matmul, random_uniform
     from .submit import submit
 
     points = []
@@ -296,10 +298,6 @@ def _in_situ(client, workers, spec: ClusterSpec, build, shape: tuple, chunk: int
     import dask.array as da
     from distributed import futures_of
 
-    from ..optimizer import optimize as _optimize
-    from ..optimizer.time import plan_seconds
-    from .cluster import _wait_done
-    from .resident import _cluster_placements, from_dask_array, refresh_sources
     from .submit import submit
 
     rng = da.random.default_rng(7)
@@ -310,7 +308,7 @@ def _in_situ(client, workers, spec: ClusterSpec, build, shape: tuple, chunk: int
     for i in range(4):
         for attempt in range(5):  # planned each time: a chunk's copies come and go (the last run's fetches)
             expr = refresh_sources(expr, client)
-            plan = _optimize(expr, sites=len(workers), placements=_cluster_placements(expr, client, workers),
+            plan = optimize(expr, sites=len(workers), placements=_cluster_placements(expr, client, workers),
                              objective="time", cluster=spec)
             t0 = time.perf_counter()
             try:
@@ -345,8 +343,6 @@ def _in_situ_blas(client, workers, spec: ClusterSpec, chunk: int = 1024) -> floa
     transfers on the same cores, which a kernel timed alone does not see.  Never
     above the measured peak."""
     import math
-
-    from ..programs import matmul
 
     p = max(2, math.ceil(len(workers) ** (1 / 3) - 1e-9))
     peak = spec.rates["blas"]
@@ -469,8 +465,6 @@ def _bandwidth(client, pairs: list, nbytes: int, rounds: int = 3, make=None) -> 
     calibrations of one 2-worker cluster minutes apart).  Waits through the client
     given (:func:`~tra_dask.runtime.cluster._wait_done`): ``distributed.wait`` asks
     for the default client, which a ``Client(..., set_as_default=False)`` is not."""
-    from .cluster import _wait_done
-
     dests = [d for _, d in pairs]
 
     def at_once(deps) -> float:

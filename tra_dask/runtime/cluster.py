@@ -18,6 +18,7 @@ from distributed import Client, Future, LocalCluster, Security
 from distributed.system import MEMORY_LIMIT
 
 from .dashboard import TraScheduler
+from .keeper import TraKeeper, WorkerLeft
 
 # Measured facts (ARCHITECTURE §5): the transfer log must not wrap during a submission,
 # and tasks pinned to a worker that died must error rather than wait forever.
@@ -297,8 +298,6 @@ def _ensure_recorder(client: Client) -> bool:
     scheduler a client talks to (its id, as :func:`workers_info` last saw it: a
     scheduler restarted at the same address is another one), not on every submission
     (two round trips)."""
-    from .keeper import TraKeeper
-
     sid = _SCHEDULER_ID.get(client)
     if sid is not None and _REGISTERED.get(client) == sid:
         return True
@@ -587,8 +586,6 @@ def _check_lost(futures, client: Client, pinned) -> None:
     on a worker that died and whose task is pinned there) or failed with
     :class:`~tra_dask.runtime.keeper.WorkerLeft` (pinned to a worker that left):
     :class:`WorkersLeft` when pinned workers are gone."""
-    from .keeper import WorkerLeft
-
     if not pinned:
         return
     left = set()
@@ -629,8 +626,6 @@ def watched(fn, client: Client, pinned):
             watch.check("they hold results of this plan")
     if "error" in box:
         from distributed.client import FutureCancelledError
-
-        from .keeper import WorkerLeft
 
         if isinstance(box["error"], (FutureCancelledError, WorkerLeft)):
             gone = set(pinned) - set(workers_info(client))

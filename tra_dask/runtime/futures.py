@@ -12,12 +12,15 @@ from distributed import Client
 
 from .dashboard import TraScheduler, _set_measured, page_link
 from ..kernels import device_module, to_host
-from ..logical import ClusterSource, to_numpy
+from ..logical import ClusterSource, flatten_outputs, to_numpy
 from ..lowering import Lowered
 from ..optimizer import Plan
 from ..types import RelationType
 from .cluster import (WorkersLeft, _FetchFromCluster, _Vanished, _check_client, _wait_done, _who_has, cancel_safely,
                       watched, workers_info)
+from ..logical.evaluate import assemble, grid_extents
+from ..viz import futures_html
+from .device import gather_device
 
 MAX_RECOVERIES = 5
 
@@ -61,7 +64,6 @@ class Submission:
         raise RuntimeError(f"{error} — gave up after {MAX_RECOVERIES} tries to recover") from error
 
     def _recover(self, error: WorkersLeft) -> None:
-        from ..logical import flatten_outputs
         from .resident import refresh_sources
         from .resume import resume
         from .submit import _flatten_futures, submit
@@ -159,7 +161,6 @@ class RelationFutures(Mapping):
         return f"<RelationFutures {self.node.label}: {len(self)} chunks {states} on {len(self.lowered.workers)} sites>"
 
     def _repr_html_(self) -> str:
-        from ..viz import futures_html
         return futures_html(self)
 
     @property
@@ -210,8 +211,6 @@ class RelationFutures(Mapping):
                 self._submission.recover(e)
 
     def _gather_device(self) -> dict | None:
-        from .device import gather_device
-
         futs = dict(self._futures)
         who = watched(lambda: _who_has(self.client, [f.key for f in futs.values()]), self.client,
                       self.lowered.workers)
@@ -238,8 +237,6 @@ class RelationFutures(Mapping):
         key arity are one chunk (a reduction's ``()`` key is a one-chunk array)."""
         import dask.array as da
         from dask.highlevelgraph import HighLevelGraph
-
-        from ..logical.evaluate import grid_extents
 
         chunks = grid_extents(self.node, f"{self.label}.to_dask_array()")
         pad = (0,) * (len(chunks) - self.type.arity)
@@ -426,8 +423,6 @@ class ArrayFutures(RelationFutures):
         self._set_extents()
 
     def _set_extents(self) -> None:
-        from ..logical.evaluate import grid_extents
-
         self._extents = grid_extents(self.node, f"{self.label} as an array")
 
     @classmethod
@@ -472,6 +467,4 @@ class ArrayFutures(RelationFutures):
 
 def _assembled(results, keys, extents, dtype):
     """``__dask_postcompute__`` of an array result: the assembled array."""
-    from ..logical.evaluate import assemble
-
     return assemble(dict(zip(keys, results)), extents, dtype)

@@ -13,9 +13,10 @@ from ..kernels import is_device
 from ..logical import ClusterSource, flatten_outputs
 from ..logical.nodes import toposort
 from ..optimizer import Plan
-from ..physical import KeySites
+from ..physical import KeySites, PSource
 from ..types import RelationType
-from .cluster import WorkersLeft, _FetchFromCluster, _wait_done, _who_has, workers_info
+from .cluster import WorkersLeft, _FetchFromCluster, _resolve, _wait_done, _who_has, workers_info
+from ..logical.evaluate import substitute
 
 def _keeper_futures(src: ClusterSource) -> list:
     from .futures import RelationFutures
@@ -32,7 +33,6 @@ def refresh_sources(expr, client: Client):
     """``expr`` with every input that is an earlier submission's result waited for
     (which recovers it if one of its workers was lost) and, where it was recovered,
     replaced by the new result (same type, other keys)."""
-    from ..logical.evaluate import substitute
     from .futures import RelationFutures
 
     mapping = {}
@@ -117,8 +117,6 @@ def _cluster_placements(expr, client: Client, workers: list[str]) -> dict:
 
 def _check_plan_sources(plan: Plan, client: Client, workers: list[str]) -> None:
     """A hand-made plan must place cluster-resident data on a worker that holds it."""
-    from ..physical import PSource
-
     nodes = [n for n in plan.nodes if isinstance(n, PSource) and isinstance(n.source, ClusterSource)]
     who = _where(client, [n.source for n in nodes])
     for node in nodes:
@@ -143,9 +141,8 @@ def from_dask_array(x, name: str | None = None, client: Client | None = None) ->
     """
     from distributed import futures_of
 
-    from .cluster import _resolve
-
-    client = _resolve(client, None)[0]
+    if client is None:  # a client given is used as it is (a submission resolved it already)
+        client = _resolve(None, None)[0]
     block_keys = {(x.name,) + idx for idx in np.ndindex(*x.numblocks)}
     if not block_keys <= {f.key for f in futures_of(x)}:
         x = client.persist(x)

@@ -41,6 +41,8 @@ from ..lowering.keys import stem, with_token
 from ..physical import PSource
 from .cluster import workers_info
 from .resident import _check_cluster_source, scatter_once
+from .futures import RelationFutures
+from .keeper import take
 
 _LOST = "tra-dask-lost-site-"
 
@@ -188,8 +190,6 @@ def resume(sub, error) -> bool:
 def _source_keys_current(src: ClusterSource) -> bool:
     """An input that is an earlier result: are its chunks still under the keys the plan
     reads (False once that result was itself planned again)?"""
-    from .futures import RelationFutures
-
     keeper = src.keeper
     if not isinstance(keeper, RelationFutures):
         return True
@@ -236,7 +236,6 @@ def _usable(client, keys, alive) -> dict:
                 out[k] = w
         if out:
             dask_scheduler.client_desires_keys(keys=list(out), client=who)
-        from tra_dask.runtime.keeper import take
 
         take(dask_scheduler, keys)  # held for us since the worker left: ours now (or let go)
         return out

@@ -23,6 +23,7 @@ from ..optimizer import optimize as _optimize
 from .cluster import WorkersLeft, _ensure_recorder, _resolve, _Vanished, workers_info
 from .futures import ArrayFutures, RelationFutures, Submission
 from .resident import _check_plan_sources, _cluster_placements, refresh_sources, scatter_once
+from .calibrate import cluster_spec
 
 def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool = True,
              memory_limit: float | None = None, cost_model: str = "exact", objective=None,
@@ -35,9 +36,18 @@ def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool =
     per cluster; ``calibrate=False`` uses the default :class:`~tra_dask.ClusterSpec`
     instead.
     ``beam``, ``budget``: the search's width and length (see :func:`tra_dask.optimize`)."""
+    client, workers = _resolve(client, sites)
+    return planned_on(expr, client, workers, optimize=optimize, memory_limit=memory_limit, cost_model=cost_model,
+                      objective=objective, calibrate=calibrate, beam=beam, budget=budget)
+
+
+def planned_on(expr, client: Client, workers: list[str], *, optimize: bool = True, memory_limit=None,
+               cost_model: str = "exact", objective=None, calibrate: bool = True, beam=None, budget=None) -> Plan:
+    """:func:`plan_for` on ``client`` and ``workers`` already resolved (a submission
+    resolves them once and plans with them, however many plans it makes)."""
     options = dict(optimize=optimize, memory_limit=memory_limit, cost_model=cost_model, objective=objective,
                    calibrate=calibrate, beam=beam, budget=budget)
-    plan = _plan_for(expr, client, sites, **options)
+    plan = _plan_for(expr, client, workers, **options)
     _PLANNED_FOR[plan] = options  # submit() plans it again the same way if Dask moves its data meanwhile
     return plan
 
@@ -45,8 +55,7 @@ def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool =
 _PLANNED_FOR: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # plan_for's (and the front-end's) plans -> options
 
 
-def _plan_for(expr, client, sites, *, optimize, memory_limit, cost_model, objective, calibrate, beam, budget):
-    client, workers = _resolve(client, sites)
+def _plan_for(expr, client, workers, *, optimize, memory_limit, cost_model, objective, calibrate, beam, budget):
     if objective is None:
         objective = DEFAULT_OBJECTIVE
     if not isinstance(expr, (Relation, tuple, list, dict)) and hasattr(expr, "__tra_relation__"):
@@ -61,8 +70,6 @@ def _plan_for(expr, client, sites, *, optimize, memory_limit, cost_model, object
         memory_limit = room = _memory_budget(client, workers)
     cluster = None
     if objective == "time":
-        from .calibrate import cluster_spec
-
         cluster = cluster_spec(client, calibrate_=calibrate, workers=workers).with_sites(len(workers))
         cluster = cluster if on_device(expr) else cluster.on_host()  # GPU terms for device data only
         if cluster.gpu is not None and room is not None and cluster.gpu.memory < room:
@@ -165,7 +172,7 @@ def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: 
         return _submit_planned(None, client, sites, kw, plan=expr_or_plan)
 
     def make(client, workers):
-        return plan_for(expr_or_plan, client, workers, optimize=optimize, memory_limit=memory_limit,
+        return planned_on(expr_or_plan, client, workers, optimize=optimize, memory_limit=memory_limit,
                         cost_model=cost_model, objective=objective, calibrate=calibrate)
 
     return _submit_planned(make, client, sites, kw)
@@ -244,7 +251,7 @@ def _where_its_data_is(plan: Plan, client: Client, workers: list[str]) -> Plan:
             raise
     options = dict(made)
     before = options.pop("stages", ())  # steps before the optimizer (the front-end's chunking)
-    fresh = plan_for(plan.expr, client, workers, **options)
+    fresh = planned_on(plan.expr, client, workers, **options)
     for stage in reversed(before):
         fresh = fresh.with_stage(stage)
     _PLANNED_FOR[fresh] = made

@@ -21,8 +21,9 @@ from contextvars import ContextVar
 from typing import Iterator, NamedTuple
 
 from ...keys import insert_dim, project
-from ...physical import (Broadcast, KeyArrayMap, LocalAggregate, LocalJoin, LocalMap, PNode, Shuffle, affinity_table,
-                         blocked_table)
+from ...node import toposort
+from ...physical import (Assign, Broadcast, Grid, KeyArrayMap, KeySites, LocalAggregate, LocalJoin, LocalMap, PNode,
+                         PSource, Shuffle, affinity_table, blocked_table)
 from ._util import attempt, broadcast, shuffle
 
 _MOVES = (Broadcast, Shuffle)
@@ -214,8 +215,6 @@ def _array_extent(t, dim: int) -> float:
 def _placed(rel: PNode, placement) -> PNode:
     """A free source made where the plan wants it (the choice of a free source's
     placement, as :func:`place_free_source`); anything else as it is."""
-    from ...physical import PSource
-
     if isinstance(rel, PSource) and rel.free and rel.placement_ != placement:
         return PSource(rel.source, placement, free=True)
     return rel
@@ -235,8 +234,6 @@ def rmm_grid(c: Contraction) -> Iterator[PNode]:
     (the grid's k axis is spread by ``(i + j) mod g_k``) and folded again.  A free
     source is made on the grid cell that needs it.  (1 × s × 1 is CMM, s × 1 × 1
     with a whole right operand per site is BMM.)"""
-    from ...physical import Grid
-
     s = c.left.nsites
     lf, rf = 1 - c.a, 1 - c.b
     n_left_free, n_right_free = c.left.type.frontier[lf], c.right.type.frontier[rf]
@@ -267,9 +264,6 @@ def _on_cluster(rel: PNode) -> bool:
     """Whether ``rel`` derives from chunks placed key by key (a fixed ``KeySites``
     source: data already on the cluster).  A free source is made wherever the plan
     wants it, and a Part or Grid placement is one the other rules already follow."""
-    from ...node import toposort
-    from ...physical import KeySites, PSource
-
     return not rel.layout.partial and any(
         isinstance(n, PSource) and not n.free and isinstance(n.placement_, KeySites) for n in toposort([rel]))
 
@@ -296,8 +290,6 @@ def affinity_mm(c: Contraction) -> Iterator[PNode]:
     dim, the partial sums move as in CMM); a free source is made where the table
     puts it.  Offered when some operand derives from chunks placed key by key
     (``KeySites``: inputs on the cluster) and the table is not the blocked one."""
-    from ...physical import Assign
-
     s = c.left.nsites
     held_on = {c.left: _on_cluster(c.left), c.right: _on_cluster(c.right)}
     if s == 1 or not any(held_on.values()):
@@ -332,8 +324,6 @@ def place_free_source(node: PNode) -> Iterator[PNode]:
     to make on any site, so ``Shuffle_d(source)`` ≡ the source made where the
     shuffle would put it (balanced ``Part(d)`` or the shuffle's grid; never
     everything on one site: d must be non-empty)."""
-    from ...physical import PSource
-
     if isinstance(node, Shuffle) and isinstance(node.input, PSource) and node.input.free and node.dims:
         src = node.input
         yield from attempt(lambda: PSource(src.source, node.target, free=True))
@@ -372,7 +362,6 @@ def classify(node: PNode) -> str | None:
         return "RMM"
     if not getattr(node.kernel, "associative", False):
         return None
-    from ...physical import PSource
 
     for i, s in enumerate(sides):
         if isinstance(s, Broadcast):

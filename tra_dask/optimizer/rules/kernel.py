@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ...kernels import compose, premap
+from ...kernels import KernelTypeError, compose, premap
 from ...keys import And, KeyMap, identity
 from ...physical import KeyArrayMap, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PNode
 from ._util import attempt, dims_map, folds_equal_shapes, is_identity_map, join_pairs_equal_shapes
+from ...types import ArrayType
 
 
 def r1_1_merge_filters(node: PNode) -> Iterator[PNode]:
@@ -41,9 +42,6 @@ def r1_2_merge_maps(node: PNode) -> Iterator[PNode]:
 
 def _takes_all(kernel, rtype) -> bool:
     """Whether the unary ``kernel`` types on every chunk shape of ``rtype``."""
-    from ...kernels import KernelTypeError
-    from ...types import ArrayType
-
     try:
         for shape in rtype.shapes:
             kernel.out_type(ArrayType(tuple(shape), rtype.dtype))

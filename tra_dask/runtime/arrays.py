@@ -1,0 +1,99 @@
+"""Planning and running array expressions on a cluster: ``plan``, ``submit``, ``compute``.
+
+The chunking is chosen with the plan by the front-end
+(:func:`tra_dask.frontend.run.plan_chunking`), given the planning function of this
+cluster: every candidate chunking is planned as :func:`tra_dask.plan_for` plans a
+relation (the time objective on the calibrated cluster, data already there — dask
+arrays — at its fixed placement).  The client and workers are resolved once per
+call, by the caller of :func:`plan_on`.
+"""
+
+from __future__ import annotations
+
+from ..frontend.array import regular_chunks
+from ..frontend.run import QUICK, as_arrays, evaluate_local, plan_chunking, refuse_empty, with_empties
+from ..kernels import to_host
+from .calibrate import cluster_spec
+from .cluster import _resolve, current_client
+from .resident import from_dask_array
+from .submit import _Progress, _remember, _submit_planned, planned_on
+
+__all__ = ["plan", "plan_on", "submit", "compute", "compute_local_or_cluster"]
+
+
+def plan(x, client=None, sites=None, *, calibrate: bool = True, memory_limit=None):
+    """``(plan, client, workers)`` for running ``x`` on a cluster."""
+    refuse_empty(x, "td.Array.plan")
+    client, workers = _resolve(client or current_client(), sites)
+    return plan_on(x, client, workers, calibrate=calibrate, memory_limit=memory_limit), client, workers
+
+
+def plan_on(x, client, workers, *, calibrate: bool = True, memory_limit=None):
+    """The plan for ``x`` on ``workers`` of ``client`` (resolved by the caller),
+    chunking chosen with it.  The runtime knows how it was made
+    (:func:`tra_dask.runtime.submit._remember`): where Dask moves the data it reads
+    before it runs (the Active Memory Manager dropping a replica), it is planned again
+    for where the data is, as :func:`tra_dask.plan_for`'s plans are."""
+    made: dict = {}
+
+    def dask_source(arr, chunks, name):  # persisted once per chunking, where dask puts it
+        key = (arr.name, tuple(chunks))
+        if key not in made:
+            cut = arr if regular_chunks(arr.chunks) == tuple(chunks) else arr.rechunk(chunks)
+            made[key] = from_dask_array(cut, name=name, client=client)
+        return made[key]
+
+    def plan_rel(rel, quick):
+        return planned_on(rel, client, workers, objective="time", calibrate=calibrate, memory_limit=memory_limit,
+                          **(QUICK if quick else {}))
+
+    spec = cluster_spec(client, calibrate_=calibrate)
+    _, p, _ = plan_chunking(x, len(workers), plan_rel, dask_source, spec,
+                            context=(tuple(workers), memory_limit, calibrate))
+    # the final plan is plan_rel's full search, with the chunking stage recorded before it
+    return _remember(p, p.stages[:1], objective="time", calibrate=calibrate, memory_limit=memory_limit)
+
+
+def submit(x, client=None, sites=None, **kw):
+    """Run ``x``; its :class:`~tra_dask.runtime.ArrayFutures` (a tuple of them for a tuple).
+
+    Planned and sent as a relation is (:func:`tra_dask.runtime.submit`): a worker lost
+    while it is planned or sent makes it plan again on the workers there are, and the
+    results are the objects a recovery updates."""
+    refuse_empty(x, "td.submit")
+    name = kw.pop("name", None)
+    calibrate, memory_limit = kw.pop("calibrate", True), kw.pop("memory_limit", None)
+    if kw:
+        raise TypeError(f"submit() of an array got unexpected keyword argument(s) {sorted(kw)}")
+    options = dict(optimize=True, memory_limit=memory_limit, cost_model="exact", objective="time",
+                   calibrate=calibrate, name=name)  # what a recovery plans the expression with again
+
+    def make(client, workers):
+        return plan_on(x, client, workers, calibrate=calibrate, memory_limit=memory_limit)
+
+    return _submit_planned(make, client or current_client(), sites, options, array=True)
+
+
+def compute(x, client=None, sites=None, progress: bool = False, **kw):
+    """Run ``x`` on the cluster; the assembled array (a tuple of them for a tuple) in
+    its chunks' array module, as dask returns it: numpy, or cupy for cupy chunks.
+    ``progress``: draw a progress bar while it runs (as :func:`tra_dask.compute` of a
+    relation does by default)."""
+    if not all(a.size for a in as_arrays(x)):
+        return with_empties(x, lambda rest: compute(rest, client, sites, progress, **kw))
+    out = submit(x, client, sites, **kw)
+    items = list(out) if isinstance(out, tuple) else [out]
+    bar = _Progress(items) if progress else None
+    try:
+        got = [o.assembled() for o in items]
+    finally:
+        if bar is not None:
+            bar.close()
+    return tuple(got) if isinstance(out, tuple) else got[0]
+
+
+def compute_local_or_cluster(x):
+    """``numpy.asarray(x)``: on the current Dask client if there is one, else here."""
+    if current_client() is not None:
+        return to_host(compute(x))
+    return evaluate_local(x)
