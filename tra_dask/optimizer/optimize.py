@@ -9,6 +9,11 @@ Named stages, each recorded on the plan (``plan.stages``, ``plan.explain(stage=.
    costed exactly;
 4. ``check`` — the chosen plan computes the expression's relations (keys and chunk
    shapes of every output) and fits the memory limit.
+
+Fusion (:mod:`tra_dask.physical.work`) runs after them: the plan :func:`optimize`
+returns is fused (and, under the time objective, re-ranked with its runners-up
+fused).  ``optimize(..., until=stage)`` stops after a stage and returns the unfused
+plan as it stands then (dask's ``optimize_until``).
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from .search import SearchResult, search
 from .sketch import NotReplayable, make_sketch, replay
 from .time import fusion_for
 
-__all__ = ["optimize", "NoPlanFits"]
+__all__ = ["optimize", "NoPlanFits", "STAGES"]
+
+STAGES = ("compile", "search", "replay", "check")  # what optimize(..., until=) takes, in order
 
 # the search ranks plans before fusion (which runs after placement and only removes
 # tasks): this many of its runners-up are fused and ranked again under the time
@@ -45,7 +52,7 @@ class NoPlanFits(ValueError):
 
 def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, placements=None,
              *, objective=None, cluster=None, budget: int = 50_000, beam: int = 6, rules=RULES,
-             sketch: bool = True) -> Plan:
+             sketch: bool = True, until: str | None = None) -> Plan:
     """Compile ``expr`` for ``sites`` sites and search for the cheapest equivalent plan.
 
     ``objective`` says what cheapest means: ``"time"`` (the default,
@@ -63,6 +70,11 @@ def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, pla
     ``budget``: rewrites tried before the search stops early.
     ``sketch``: plan a large expression on a sketch of it (:mod:`.sketch`);
     False searches at full size however long it takes.
+    ``until``: stop after that stage (one of :data:`STAGES`) and return the plan as
+    it stands then, before fusion, its ``.stages`` those that ran: ``"compile"`` the
+    paper's initial plan of the expression (at full size, never of a sketch),
+    ``"search"`` the search's best plan (replayed at full size after a sketch search,
+    as ``"replay"``), ``"check"`` that plan checked.  None: the whole pipeline.
 
     The returned Plan is immutable and has ``.alternatives`` (the other plans
     considered, cheapest first, each with its ``.cost``), ``.compiled`` (the initial
@@ -71,12 +83,15 @@ def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, pla
     """
     if cost_model not in COST_MODELS:
         raise ValueError(f"unknown cost_model {cost_model!r}; valid: {', '.join(COST_MODELS)}")
+    if until is not None and until not in STAGES:
+        raise ValueError(f"optimize(until={until!r}): no such stage; the stages are {', '.join(STAGES)} "
+                         f"(or None for the whole pipeline, fusion included)")
     obj = as_objective(objective, memory_limit, cluster)
     outputs, rebuild = flatten_outputs(expr)
     stages: list = []
     res = None
     sk = None
-    if sketch:
+    if sketch and until != "compile":
         sources = [n for n in toposort(outputs) if isinstance(n, Source)]
         sk = make_sketch(outputs, sites, _resolve_placements(placements, sources, sites))
     if sk is not None:
@@ -86,6 +101,8 @@ def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, pla
         t0 = time.perf_counter()
         compiled = compile(expr, sites, placements=placements, cost_model=cost_model)
         stages.append(Stage("compile", compiled, time.perf_counter() - t0, "the paper's initial IA plan"))
+        if until == "compile":
+            return Plan(compiled.outputs, rebuild, sites, cost_model, expr, stages=stages)
         t0 = time.perf_counter()
         res = search(list(compiled.outputs), rules, model=cost_model, objective=obj, budget=budget, beam=beam)
         stages.append(Stage("search", _plan(res.best, rebuild, sites, cost_model, expr, res.best_cost),
@@ -93,11 +110,15 @@ def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, pla
     else:
         def compiled():  # the full-size initial plan, made only when asked for
             return compile(expr, sites, placements=placements, cost_model=cost_model)
+    if until in ("search", "replay"):
+        return Plan(res.best, rebuild, sites, cost_model, expr, cost=res.best_cost, stages=stages)
     t0 = time.perf_counter()
     _check(res, outputs, obj)
     best = _plan(res.best, rebuild, sites, cost_model, expr, res.best_cost)
     stages.append(Stage("check", best, time.perf_counter() - t0,
                         "outputs are the expression's relations; peak within the memory limit"))
+    if until == "check":
+        return Plan(res.best, rebuild, sites, cost_model, expr, cost=res.best_cost, stages=stages)
     timed = obj if hasattr(obj, "annotate") else FastestTime(cluster=cluster)  # seconds are always reported
     fuse = _Fuser(timed, fusion_for(timed.spec(sites)), sites, cost_model, rebuild, expr)
 
