@@ -30,6 +30,14 @@ def _rel(x, where: str, role: str = "input") -> Relation:
     return as_relation(x, where, role)
 
 
+def _converted(convert, value, where: str):
+    """``convert(value)``; its TypeError names the call it was made for."""
+    try:
+        return convert(value)
+    except TypeError as e:
+        raise TypeError(f"{where}: {e}") from None
+
+
 def _dims(dims) -> tuple:
     if isinstance(dims, int) and not isinstance(dims, bool):
         return (dims,)
@@ -58,21 +66,13 @@ def rekey(rel: Relation, key_fn) -> Rekey:
     (``2*k0 + k1``, ``project(1, 0)``, ``insert_dim(2, n)``), a tuple of key
     expressions, or a plain callable (opaque)."""
     rel = _rel(rel, "rekey")
-    try:
-        fn = as_key_fn(key_fn)
-    except TypeError as e:
-        raise TypeError(f"rekey({rel.label}): {e}") from None
-    return Rekey(rel, fn)
+    return Rekey(rel, _converted(as_key_fn, key_fn, f"rekey({rel.label})"))
 
 
 def filter(rel: Relation, pred) -> Filter:  # noqa: A001 - the paper's name
     """Keep the tuples of ``rel`` whose key satisfies ``pred`` (``k0 == k1``, ...)."""
     rel = _rel(rel, "filter")
-    try:
-        p = as_predicate(pred)
-    except TypeError as e:
-        raise TypeError(f"filter({rel.label}): {e}") from None
-    return Filter(rel, p)
+    return Filter(rel, _converted(as_predicate, pred, f"filter({rel.label})"))
 
 
 def transform(rel: Relation, kernel) -> Transform:
