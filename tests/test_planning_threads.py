@@ -1,6 +1,8 @@
-"""Planning from many threads at once (keys only, no cluster): no error, and every
-plan equal to the one planned alone — the optimizer's module caches (the type memo's
-LRU, the chunk choices, the plan cache) are shared by all threads.
+"""Planning from many threads at once (no cluster): eight different expressions — seven
+TRA expressions over keys only and one array expression whose chunking is chosen with
+its plan — each planned by its own thread, no error, and every plan equal to the one
+planned alone: the optimizer's module caches (the type memo's LRU, the front-end's
+chunk choices) are shared by all threads.
 ``TRA_DASK_THREAD_ROUNDS`` plans each expression that many times per thread (default 10;
 the planning-context issue asks for 200)."""
 
@@ -28,7 +30,7 @@ def _expressions():
     x = _src((200, 64), (100, 64), "x")
     return [
         (matmul(A, B), 2),
-        (matmul(A, B), 3),
+        (matmul(A, td.transform(B, "exp")), 3),
         (matmul(td.transform(A, "relu"), B), 4),
         (td.aggregate(A, (0,), "add"), 2),
         (matmul(X, W), 4),
@@ -44,25 +46,33 @@ def _fingerprint(plan) -> tuple:
             tuple(np.asarray(c.peak_bytes_per_site).tolist()))
 
 
+def _plans():
+    """Eight ways to plan, one per expression: ``() -> Plan``."""
+    out = [lambda e=e, s=s: td.optimize(e, sites=s) for e, s in _expressions()[:7]]
+    a = td.asarray(np.arange(96.0).reshape(12, 8))
+    out.append(lambda x=(a @ a.T).sum(axis=0): x.to_relation(sites=3)[1])  # chunking chosen with the plan
+    return out
+
+
 def test_eight_threads_plan_eight_expressions_as_planned_alone():
-    exprs = _expressions()
-    alone = [_fingerprint(td.optimize(e, sites=s)) for e, s in exprs]
+    plans = _plans()
+    assert len(plans) == 8
+    alone = [_fingerprint(make()) for make in plans]
     rounds, errors, wrong = int(os.environ.get("TRA_DASK_THREAD_ROUNDS", "10")), [], []
-    barrier = threading.Barrier(len(exprs))
+    barrier = threading.Barrier(len(plans))
 
     def worker(i):
-        e, s = exprs[i]
         barrier.wait()
         for _ in range(rounds):
             try:
-                got = _fingerprint(td.optimize(e, sites=s))
+                got = _fingerprint(plans[i]())
             except Exception as ex:  # noqa: BLE001 - every failure is reported
                 errors.append(f"{i}: {type(ex).__name__}: {ex}")
                 return
             if got != alone[i]:
                 wrong.append(i)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(exprs))]
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(plans))]
     for t in threads:
         t.start()
     for t in threads:
