@@ -213,3 +213,22 @@ def test_keep_serves_the_dashboard_until_ctrl_c():
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+
+
+def test_progress_in_a_log_is_a_few_milestone_lines():
+    lines = list(cli.progress_lines(1000, range(1000), clock=lambda: 0.0))
+    assert [line.split("%")[0].strip() for line in lines] == ["25", "50", "75", "100"]
+    assert "(250/1000 result chunks)" in lines[0] and "(1000/1000 result chunks)" in lines[-1]
+    assert list(cli.progress_lines(1, range(1), clock=lambda: 0.0)) == ["  100% done (1/1 result chunks) after 0.0 s"]
+    assert len(list(cli.progress_lines(3, range(3)))) == 3  # 25% and 50% are both the 2nd of 3: one line
+    assert len(list(cli.progress_lines(8, range(3)))) == 1  # only the marks reached: 25%
+
+
+@pytest.mark.cluster
+def test_run_into_a_log_prints_milestones_not_a_bar():
+    # stdout is a pipe here, as in `make demo > log`: no bar redrawn with carriage returns
+    out, _ = tra_dask("run", "matmul", "--scale", "0.002", "--blocks", "3", timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "\r" not in out.stdout and "[####" not in out.stdout, out.stdout
+    marks = [line for line in out.stdout.splitlines() if "% done (" in line]
+    assert [m.split("%")[0].strip() for m in marks] == ["25", "50", "75", "100"], out.stdout

@@ -186,10 +186,44 @@ def connect(args):
 # run
 
 
+PROGRESS_MARKS = (25, 50, 75, 100)  # percent done at which a log (not a terminal) gets a line
+
+
+def progress_lines(total: int, completions, marks=PROGRESS_MARKS, clock=time.perf_counter):
+    """The lines a log gets while ``total`` results complete: one per mark of
+    ``marks`` (percent done) as the results of ``completions`` (an iterable yielding
+    once per result done) cross it — a few lines, not a bar redrawn ten times a second.
+
+    >>> list(progress_lines(8, range(8), clock=lambda: 0.0))  # doctest: +NORMALIZE_WHITESPACE
+    ['  25% done (2/8 result chunks) after 0.0 s', '  50% done (4/8 result chunks) after 0.0 s',
+     '  75% done (6/8 result chunks) after 0.0 s', '  100% done (8/8 result chunks) after 0.0 s']
+    """
+    t0 = clock()
+    due = sorted({max(1, -(-total * m // 100)): m for m in marks}.items())  # results done -> mark
+    done = 0
+    for _ in completions:
+        done += 1
+        while due and done >= due[0][0]:
+            yield f"  {due.pop(0)[1]}% done ({done}/{total} result chunks) after {clock() - t0:.1f} s"
+
+
+def show_progress(futures: list, scheduler: str, out=None) -> None:
+    """Progress while ``futures`` run: distributed's text bar on a terminal; where
+    stdout is not one (a log, ``make demo > log``) the milestone lines of
+    :func:`progress_lines` instead."""
+    from distributed import as_completed, progress
+
+    out = out or sys.stdout
+    if out.isatty():
+        progress(futures, scheduler=scheduler)
+        print(file=out)
+        return
+    for line in progress_lines(len(futures), as_completed(futures)):
+        print(line, file=out, flush=True)
+
+
 def run_matmul(args) -> int:
     """``tra-dask run matmul``: plan, run, check against numpy, report."""
-    from distributed import progress
-
     from .runtime import submit, workers_info
 
     A, B, C, (I, K, J) = matmul_workload(args)
@@ -204,8 +238,7 @@ def run_matmul(args) -> int:
         t0 = time.perf_counter()
         rf = submit(plan, client=client, sites=args.sites, name=f"tra-dask run matmul {args.shape}")
         if args.progress:
-            progress(list(rf.values()), scheduler=client.scheduler.address)
-            print()
+            show_progress(list(rf.values()), client.scheduler.address)
         rf.wait()
         wall = time.perf_counter() - t0
         print(f"  ran {rf.lowered.ntasks} pinned tasks in {wall:.2f} s ({2.0 * I * K * J / wall / 1e9:.1f} GFLOP/s)")
