@@ -23,6 +23,7 @@ from ..optimizer.plan import Stage
 from .build import Builder, computed_here as _computed_here
 from .chunking import AxisClasses, choose
 from .einsum import contraction_paths
+from .estimate import Estimator
 from .nodes import Einsum, Leaf
 
 __all__ = ["build_local", "plan", "submit", "compute", "compute_local_or_cluster"]
@@ -201,7 +202,9 @@ def _choose(x, sites: int, plan_rel, dask_source, spec, context=()):
             rel, best = built[(tuple(blocks), tuple(before.get(n) for n in multi), False, False)][:2]
             why = f"{why} (the choice made before for an expression of this structure)"
             return rel, best.with_stage(Stage("chunking", None, time.perf_counter() - t0, why)), None
-    choice = choose(cl, sites, evaluate, final=lambda blocks: evaluate(blocks, quick=False))
+    estimate = Estimator(cl, sites, spec, {n: p for n, p in paths.items()},
+                         rechunk=lambda arr, cut: _rechunk_seconds(arr, sites, spec))
+    choice = choose(cl, sites, evaluate, final=lambda blocks: evaluate(blocks, quick=False), estimate=estimate)
     notes = []
     for node in multi:  # the contraction order: opt_einsum's candidates, costed under the chosen chunking
         if node.optimize != "auto":
