@@ -250,7 +250,8 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
     ranked by it (all combinations, or coordinate descent where there are more than
     :data:`EXHAUSTIVE`) and only the best :data:`PLANNED` are planned — with
     ``final`` (the full search) when given, else ``evaluate`` — going down the ranking
-    while none fits in memory; the least predicted seconds of those planned wins.
+    while none fits in memory (past chunkings whose block products are as large as one
+    that did not fit); the least predicted seconds of those planned wins.
     Without it every chunking tried is planned by ``evaluate`` (coordinate descent)
     and ``final`` plans the :data:`FINALISTS` best again with the full search.
     With no free class there is nothing to choose; with one site free classes get one
@@ -313,12 +314,16 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
                 _descend(cands, free, start, [s0], guess)
         ranked = sorted((v, k) for k, v in estimated.items())
         plan_it = final or evaluate
+        footprint = getattr(estimate, "footprint", None)
         planned = attempts = 0
+        unfit = math.inf  # the smallest footprint of a chunking that did not fit
         for v, k in ranked:  # (an infinite estimate: a block product that fits no site's memory)
             if v == math.inf or planned >= PLANNED or (planned and v > ranked[0][0] * PLANNED_MARGIN):
                 break
             if attempts >= PLANNED + UNFIT:
                 break
+            if footprint is not None and not planned and footprint(k) >= unfit:
+                continue  # products at least as large as one that did not fit: the next smaller
             attempts += 1
             if k in tried and tried[k][1] < math.inf:
                 planned += 1
@@ -328,6 +333,8 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
                 planned += 1
             except NoPlanFits:
                 tried[k] = (None, math.inf)
+                if footprint is not None:
+                    unfit = min(unfit, footprint(k))
         if not tried or all(v[1] == math.inf for v in tried.values()):
             raise NoPlanFits(tried_msg(cl, tried or {k: None for _, k in ranked}))
         best = list(min(tried, key=lambda k: tried[k][1]))

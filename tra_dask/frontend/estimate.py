@@ -57,6 +57,7 @@ class Estimator:
         self.half = spec.blas_half_size if gpu is None else gpu.blas_half_size
         self.memory = spec.memory_budget
         self.launch = 0.0 if gpu is None else gpu.launch
+        self.footprints: dict = {}
 
     # -- rates -------------------------------------------------------------------------
     def _blas_peak(self, dtype) -> float:
@@ -76,6 +77,7 @@ class Estimator:
     def __call__(self, blocks) -> float:
         cl = self.cl
         seconds, tasks = 0.0, 0
+        self._footprint = 0.0
         for n in cl.nodes:
             nb = [self._nblocks(n, a, blocks) for a in range(n.ndim)]
             if isinstance(n, Leaf):
@@ -93,7 +95,15 @@ class Estimator:
                 return math.inf
             seconds += s
             tasks += t
+        self.footprints[tuple(blocks)] = self._footprint
         return self.spec.submit_overhead + tasks * (self.spec.task_overhead + self.launch) + seconds
+
+    def footprint(self, blocks) -> float:
+        """Bytes of the largest block product's operands and result under ``blocks``
+        (after the estimate of ``blocks``): the smaller, the less a plan holds at once."""
+        if tuple(blocks) not in self.footprints:
+            self(blocks)
+        return self.footprints[tuple(blocks)]
 
     def _nblocks(self, node, axis, blocks) -> int:
         n = node.shape[axis]
@@ -174,6 +184,7 @@ class Estimator:
         outs = [pos[c] for c in out]
         contracted = [i for i, c in enumerate(involved) if c not in out]
         work = sum(math.prod(chunk[i] for i in g) for g in ins) + math.prod(chunk[i] for i in outs)
+        self._footprint = max(self._footprint, work * itemsize)
         if work * itemsize > self.memory:  # one product's operands and result do not fit on a site
             return math.inf, 0
         n3 = max(per_call / 2, 1.0) ** (1 / 3)
