@@ -248,8 +248,8 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
     in memory.  ``estimate(blocks) -> seconds``, when given, is an analytic estimate
     (:class:`~tra_dask.frontend.estimate.Estimator`): every candidate chunking is
     ranked by it (all combinations, or coordinate descent where there are more than
-    :data:`EXHAUSTIVE`) and only the best :data:`PLANNED` are planned — with
-    ``final`` (the full search) when given, else ``evaluate`` — going down the ranking
+    :data:`EXHAUSTIVE`) and only the best :data:`PLANNED` are planned by ``evaluate``
+    (and the best of those again by ``final``, the full search, when given), going down the ranking
     while none fits in memory (past chunkings whose block products are as large as one
     that did not fit); the least predicted seconds of those planned wins.
     Without it every chunking tried is planned by ``evaluate`` (coordinate descent)
@@ -313,7 +313,7 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
             for s0 in uniform:
                 _descend(cands, free, start, [s0], guess)
         ranked = sorted((v, k) for k, v in estimated.items())
-        plan_it = final or evaluate
+        plan_it = evaluate
         footprint = getattr(estimate, "footprint", None)
         planned = attempts = 0
         unfit = math.inf  # the smallest footprint of a chunking that did not fit
@@ -338,6 +338,11 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
         if not tried or all(v[1] == math.inf for v in tried.values()):
             raise NoPlanFits(tried_msg(cl, tried or {k: None for _, k in ranked}))
         best = list(min(tried, key=lambda k: tried[k][1]))
+        if final is not None:  # the winner planned again with the full search
+            try:
+                tried[tuple(best)] = final(best)
+            except NoPlanFits:
+                pass
     elif search:
         best = _descend(cands, free, start, starts, cost)
     else:
