@@ -69,13 +69,20 @@ def test_the_array_front_end_chunks_to_fit(client, monkeypatch):
     client.run(lambda: __import__("gc").collect())
     client.run(runtime_submit._trim_and_measure)
     rng = np.random.default_rng(1)
-    # sized so that the chunking chosen with no limit (96 MB per site) is over the budget
-    # (60% of 250 MB less a baseline of 60-85 MB) and the best under a limit (60 MB) fits it
-    a, b = rng.random((1730, 1730)), rng.random((1730, 1730))
     workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    budget = _memory_budget(client, workers)  # 60% of 250 MB less a baseline of 60-85 MB
+
+    def roomy_peak(n):  # the chunking chosen with no memory limit, planned keys only
+        x = td.matmul(*(td.from_region(lambda region: None, (n, n), "float64") for _ in range(2)))
+        return x.to_relation(sites=2)[1].cost.peak_bytes_per_site.max()
+
+    # sized from the budget: the chunking chosen with no limit needs 12% more than the
+    # budget per site (its peak grows as n²), and a finer one (a sixth less) fits it
+    n = int(1730 * (1.12 * budget / roomy_peak(1730)) ** 0.5)
+    a, b = rng.random((n, n)), rng.random((n, n))
     x = td.matmul(a, b)
-    _, roomy = x.to_relation(sites=2)  # the chunking chosen with no memory limit
-    assert roomy.cost.peak_bytes_per_site.max() > _memory_budget(client, workers)
+    _, roomy = x.to_relation(sites=2)
+    assert roomy.cost.peak_bytes_per_site.max() > budget
     seen = []  # the budgets planning used (the baseline is measured each time: it drifts a little)
 
     def spy(*args):

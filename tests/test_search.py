@@ -171,8 +171,10 @@ def test_grid_placement_is_balanced_and_co_partitions():
     # a left chunk (i, k) sits on a site of its (i, k) cell: the grid plan's shuffle finds it there
     cell = (left.keys[:, 0] * 2 // 8) * 4 + (left.keys[:, 1] * 2 // 8) * 2
     assert set((s_left - cell).tolist()) <= {0, 1}
-    with pytest.raises(ValueError, match="2x2 grid has 4 sites, not 8"):
-        Grid((0, 1), (2, 2), 8)
+    with pytest.raises(ValueError, match="4x2 grid has 8 sites, more than the 4 there are"):
+        Grid((0, 1), (4, 2), 4)
+    # a grid smaller than the cluster: sites 0-3 of 8, the others idle
+    assert set(Grid((0, 1), (2, 2), 8).sites(left).tolist()) == {0, 1, 2, 3}
     with pytest.raises(ValueError, match="drives at most one axis"):
         Grid((0, 0), (2, 2), 4)
 

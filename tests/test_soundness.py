@@ -588,3 +588,29 @@ def test_the_generator_makes_mostly_valid_programs():
     # a draw whose every operator was invalid is rejected (assume) and drawn again: rare
     # (measured: 4 of 392 in one run), never most
     assert STATS["rejected"] - before["rejected"] <= 0.1 * drawn, STATS
+
+
+@pytest.mark.parametrize("blocks,sites", [((2, 2, 2), 12), ((4, 1, 4), 20), ((3, 2, 1), 7), ((2, 3, 2), 64)])
+def test_grids_on_fewer_sites_than_the_cluster_simulate_to_the_reference(blocks, sites):
+    """Where no grid of every site fits a multiply's key grid, the 3-D multiply runs on
+    a grid of the most sites that does (the rest idle): each of those plans, and every
+    other the search considers, simulates to the reference and moves the floats its
+    cost says."""
+    bi, bk, bj = blocks
+    rng = np.random.default_rng(sum(blocks) + sites)
+    a = td.from_numpy(rng.standard_normal((6 * bi, 5 * bk)), (6, 5), name="A")
+    b = td.from_numpy(rng.standard_normal((5 * bk, 4 * bj)), (5, 4), name="B")
+    plan = check_every_plan(td.programs.matmul(a, b), sites, objective="time",
+                            cluster=td.ClusterSpec(sites, bandwidth=1e11))
+    from tra_dask.node import toposort
+    from tra_dask.physical import Shuffle
+
+    def grid_sites(p):
+        return {int(np.prod(n.grid)) for n in toposort(p.outputs) if isinstance(n, Shuffle) and n.grid}
+
+    smaller = [p for p in [plan, *plan.alternatives] if any(g < sites for g in grid_sites(p))]
+    assert smaller, "no plan on a grid of fewer sites was considered"
+    for p in smaller:  # its joins run on the grid's sites only
+        used = {s for n, per_site in td.simulate(p).site_keys.items() if type(n).__name__ == "LocalJoin"
+                for s, keys in enumerate(per_site) if keys}
+        assert used and max(used) < max(grid_sites(p))

@@ -19,6 +19,7 @@ classes get one block unless no plan then fits in memory.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -153,6 +154,7 @@ class AxisClasses:
         # and a few more blocks than sites (balance, overlap)
         roots = [r for r in (round(sites ** 0.5), round(sites ** (1 / 3))) if r ** 2 == sites or r ** 3 == sites]
         counts = [1, 2, *roots, sites, 2 * sites, 4 * sites]
+        counts += [2 ** e for e in range(2, (4 * sites).bit_length())]  # grids on fewer sites
         out = [b for b in self.fixed[ci] if self.ok(ci, b)]
         for c in sorted(set(counts)):
             if c > n:
@@ -215,19 +217,46 @@ class Choice:
 
 FINALISTS = 2  # the best chunkings under the quick search, planned again in full ...
 FINALIST_MARGIN = 1.1  # ... if within 10% of the best quick prediction
+PLANNED = 3  # chunkings ranked by the analytic estimate: the best this many are planned ...
+PLANNED_MARGIN = 1.25  # ... (after the first) if estimated within 25% of the best
+EXHAUSTIVE = 512  # every combination of candidates is estimated up to this many
+UNFIT = 8  # planned chunkings that fit no memory, beyond PLANNED, before the chooser gives up
 
 
-def choose(cl: AxisClasses, sites: int, evaluate, final=None) -> Choice:
+def _descend(cands, free, start, starts, cost):
+    """Coordinate descent from the best of ``starts``: one class at a time, until no
+    single change lowers ``cost`` by more than 0.5%."""
+    best = min(starts, key=cost)
+    improved = True
+    while improved:
+        improved = False
+        for ci in free:
+            for b in cands[ci]:
+                trial = list(best)
+                trial[ci] = b
+                if cost(trial) < cost(best) * 0.995:
+                    best, improved = trial, True
+    return best
+
+
+def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> Choice:
     """The chunking of the expression whose axis classes are ``cl`` with the least
     predicted seconds.
 
     ``evaluate(blocks) -> (plan, seconds)`` builds and plans the expression under
     ``blocks`` (a block size per class); it raises ``NoPlanFits`` when no plan fits
-    in memory.  ``final(blocks)``, when given, plans the :data:`FINALISTS` best
-    chunkings again with the full search (``evaluate`` may be a quick, narrower one
-    that misranks close candidates) and the best of those wins.  With no free class
-    there is nothing to choose; with one site free classes get one block unless no
-    plan then fits in memory, and the search looks for a chunking that does.
+    in memory.  ``estimate(blocks) -> seconds``, when given, is an analytic estimate
+    (:class:`~tra_dask.frontend.estimate.Estimator`): every candidate chunking is
+    ranked by it (all combinations, or coordinate descent where there are more than
+    :data:`EXHAUSTIVE`) and only the best :data:`PLANNED` are planned by ``evaluate``
+    (and the best of those again by ``final``, the full search, when given), going down the ranking
+    while none fits in memory (past chunkings whose block products are as large as one
+    that did not fit); the least predicted seconds of those planned wins.
+    Without it every chunking tried is planned by ``evaluate`` (coordinate descent)
+    and ``final`` plans the :data:`FINALISTS` best again with the full search.
+    With no free class there is nothing to choose; with one site free classes get one
+    block unless no plan then fits in memory, and the search looks for a chunking
+    that does.
     """
     t0 = time.perf_counter()
     cands = [cl.candidates(ci, sites) for ci in range(len(cl.classes))]
@@ -245,35 +274,84 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None) -> Choice:
 
     # start: every class at its first candidate (fixed chunks / one block) ...
     start = [c[0] for c in cands]
+    # ... or every free class at the same number of blocks, whichever is best
+    starts = [start]
+    for count in sorted({1, sites, 2 * sites, sites * sites}):
+        b = list(start)
+        for ci in free:
+            want = -(-cl.extent[ci] // count)
+            b[ci] = min(cands[ci], key=lambda x: abs(x - want))
+        if b not in starts:
+            starts.append(b)
+    ranked = None
     # one site has nothing to spread: one block per free class, unless that does not fit
     search = bool(free) and (sites > 1 or cost(start) == math.inf)
-    if search:
-        # ... or every free class at the same number of blocks, whichever is fastest
-        starts = [start]
-        for count in sorted({1, sites, 2 * sites, sites * sites}):
-            b = list(start)
-            for ci in free:
-                want = -(-cl.extent[ci] // count)
-                b[ci] = min(cands[ci], key=lambda x: abs(x - want))
-            if b not in starts:
-                starts.append(b)
-        best = min(starts, key=cost)
-        improved = True
-        while improved:  # coordinate descent: one class at a time
-            improved = False
-            for ci in free:
-                for b in cands[ci]:
-                    trial = list(best)
-                    trial[ci] = b
-                    if cost(trial) < cost(best) * 0.995:
-                        best, improved = trial, True
+    if search and estimate is not None:
+        estimated: dict = {}
+
+        def guess(blocks):
+            key = tuple(blocks)
+            if key not in estimated:
+                estimated[key] = estimate(list(blocks))
+            return estimated[key]
+
+        if math.prod(len(cands[ci]) for ci in free) <= EXHAUSTIVE:
+            for combo in itertools.product(*[cands[ci] for ci in free]):
+                b = list(start)
+                for ci, v in zip(free, combo):
+                    b[ci] = v
+                guess(b)
+        else:  # descent from every class at each count of blocks
+            uniform = [list(start)]
+            for count in sorted({2 ** e for e in range((4 * sites).bit_length())} | {sites}):
+                b = list(start)
+                for ci in free:
+                    want = -(-cl.extent[ci] // count)
+                    b[ci] = min(cands[ci], key=lambda x: abs(x - want))
+                if b not in uniform:
+                    uniform.append(b)
+            for s0 in uniform:
+                _descend(cands, free, start, [s0], guess)
+        ranked = sorted((v, k) for k, v in estimated.items())
+        plan_it = evaluate
+        footprint = getattr(estimate, "footprint", None)
+        planned = attempts = 0
+        unfit = math.inf  # the smallest footprint of a chunking that did not fit
+        for v, k in ranked:  # (an infinite estimate: a block product that fits no site's memory)
+            if v == math.inf or planned >= PLANNED or (planned and v > ranked[0][0] * PLANNED_MARGIN):
+                break
+            if attempts >= PLANNED + UNFIT:
+                break
+            if footprint is not None and not planned and footprint(k) >= unfit:
+                continue  # products at least as large as one that did not fit: the next smaller
+            attempts += 1
+            if k in tried and tried[k][1] < math.inf:
+                planned += 1
+                continue
+            try:
+                tried[k] = plan_it(list(k))
+                planned += 1
+            except NoPlanFits:
+                tried[k] = (None, math.inf)
+                if footprint is not None:
+                    unfit = min(unfit, footprint(k))
+        if not tried or all(v[1] == math.inf for v in tried.values()):
+            raise NoPlanFits(tried_msg(cl, tried or {k: None for _, k in ranked}))
+        best = list(min(tried, key=lambda k: tried[k][1]))
+        if final is not None:  # the winner planned again with the full search
+            try:
+                tried[tuple(best)] = final(best)
+            except NoPlanFits:
+                pass
+    elif search:
+        best = _descend(cands, free, start, starts, cost)
     else:
         best = start
-    if final is not None and search:
-        ranked = sorted((v[1], k) for k, v in tried.items() if v[1] < math.inf)[:FINALISTS]
-        ranked = [(t, k) for t, k in ranked if t <= ranked[0][0] * FINALIST_MARGIN]
+    if final is not None and search and estimate is None:
+        ranked_q = sorted((v[1], k) for k, v in tried.items() if v[1] < math.inf)[:FINALISTS]
+        ranked_q = [(t, k) for t, k in ranked_q if t <= ranked_q[0][0] * FINALIST_MARGIN]
         full = {}
-        for _, k in ranked:
+        for _, k in ranked_q:
             try:
                 full[k] = final(list(k))
             except NoPlanFits:
@@ -287,9 +365,13 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None) -> Choice:
     choice = Choice(cl, best, plan, seconds, [(list(k), None if v[1] == math.inf else v[1]) for k, v in tried.items()],
                     time.perf_counter() - t0)
     n_tried = max(1, len(tried))
-    choice.why = (f"{choice.describe()}; least predicted time of {n_tried} chunking(s) tried"
-                  + (" (the closest planned again in full)" if final is not None else "")
-                  if len(tried) > 1 else choice.describe())
+    if ranked is not None:
+        choice.why = (f"{choice.describe()}; least predicted time of {n_tried} chunking(s) planned, the best "
+                      f"of {len(ranked)} by an analytic estimate")
+    else:
+        choice.why = (f"{choice.describe()}; least predicted time of {n_tried} chunking(s) tried"
+                      + (" (the closest planned again in full)" if final is not None else "")
+                      if len(tried) > 1 else choice.describe())
     return choice
 
 

@@ -30,6 +30,7 @@ from .array import Array, regular_chunks
 from .build import Builder, computed_here as _computed_here
 from .chunking import AxisClasses, _topo, choose
 from .einsum import contraction_paths
+from .estimate import Estimator
 from .nodes import Einsum, Leaf
 
 __all__ = ["build_local", "evaluate_local", "plan_chunking", "cluster_api", "QUICK"]
@@ -107,10 +108,11 @@ def _fixed_path(node: Einsum):
     return tuple(tuple(int(i) for i in st) for st in path)
 
 
-# the search while comparing chunkings: two placements per node, 300 rewrites (2-5x
-# faster than the full search; one placement and 100 rewrites misranked the
-# nearest-neighbour chunkings); the best few are planned again in full
-QUICK = {"beam": 2, "budget": 300}
+# the search while comparing chunkings: two placements per node (2-3x faster than the
+# full search's six, the same plans on a 5-operand chain and an FFNN step; a budget of
+# 300 rewrites as well left those plans 1.2-2x slower); the best is planned again in full
+QUICK = {"beam": 2}
+ORDERS = 2  # contraction orders planned under the chosen chunking (the best by the estimate)
 
 
 def _rechunk_seconds(arr, sites: int, spec) -> float:
@@ -159,6 +161,9 @@ def plan_chunking(x, sites: int, plan_rel, dask_source, spec, context=()):
     cl = AxisClasses(roots)
     multi = _multi_paths(roots)
     paths = {n: p for n in multi if (p := _fixed_path(n)) is not None}
+    for n in multi:  # an automatic order starts as opt_einsum's best (what Builder would take)
+        if n not in paths:
+            paths[n] = contraction_paths(list(n.subs), n.out, dict(n.sizes))[0]
     built: dict = {}  # (blocks, paths) -> (relation, plan, used a placeholder)
 
     has_dask = any(isinstance(n, Leaf) and n.kind == "dask" for n in cl.nodes)
@@ -199,14 +204,21 @@ def plan_chunking(x, sites: int, plan_rel, dask_source, spec, context=()):
             rel, best = built[(tuple(blocks), tuple(before.get(n) for n in multi), False, False)][:2]
             why = f"{why} (the choice made before for an expression of this structure)"
             return rel, best.with_stage(Stage("chunking", None, time.perf_counter() - t0, why)), None
-    choice = choose(cl, sites, evaluate, final=lambda blocks: evaluate(blocks, quick=False))
+    estimate = Estimator(cl, sites, spec, {n: p for n, p in paths.items()},
+                         rechunk=lambda arr, cut: _rechunk_seconds(arr, sites, spec))
+    choice = choose(cl, sites, evaluate, final=lambda blocks: evaluate(blocks, quick=False), estimate=estimate)
     notes = []
     for node in multi:  # the contraction order: opt_einsum's candidates, costed under the chosen chunking
         if node.optimize != "auto":
             continue
         cands = contraction_paths(list(node.subs), node.out, dict(node.sizes))
+        guesses = []  # each order's analytic estimate: the best ORDERS are planned
+        for i, path in enumerate(cands):
+            trial = dict(paths)
+            trial[node] = path
+            guesses.append((Estimator(cl, sites, spec, trial)(choice.blocks), i, path))
         scored = []
-        for path in cands:
+        for _, _, path in sorted(guesses)[:ORDERS]:
             trial = dict(paths)
             trial[node] = path
             try:
@@ -215,8 +227,8 @@ def plan_chunking(x, sites: int, plan_rel, dask_source, spec, context=()):
                 continue
         if scored:
             paths[node] = min(scored)[2]
-            notes.append(f"contraction order {[list(s) for s in paths[node]]}, the fastest of {len(cands)} "
-                         f"candidate(s) from opt_einsum for {','.join(node.subs)}->{node.out}")
+            notes.append(f"contraction order {[list(s) for s in paths[node]]}, the fastest of {len(scored)} planned "
+                         f"(of {len(cands)} from opt_einsum, by the estimate) for {','.join(node.subs)}->{node.out}")
     # the final plan: the full search, with the real (re-chunked) dask sources
     evaluate(choice.blocks, paths, placeholders=False, quick=False)
     rel, best = built[(tuple(choice.blocks), tuple(paths.get(n) for n in multi), False, False)][:2]

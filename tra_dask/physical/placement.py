@@ -114,8 +114,9 @@ class Grid(Placement):
     """Key dims on a grid of sites (see module doc).
 
     ``axes[a]`` is the key dim that drives grid axis ``a`` (blocked), or None for a
-    spread axis; ``shape[a]`` is the axis' size; the grid has ``prod(shape) ==
-    nsites`` sites.  Two relations gridded alike on dims of equal extents are
+    spread axis; ``shape[a]`` is the axis' size; the grid is sites ``0 ..
+    prod(shape) - 1`` of the ``nsites`` (a grid smaller than the cluster leaves the
+    other sites idle: a key grid too small for every site).  Two relations gridded alike on dims of equal extents are
     co-partitioned; a spread axis puts the keys of one cell of the other axes on
     different layers of the grid (how a 3-D multiply's result is spread over the
     sites that hold its partial sums).
@@ -138,9 +139,9 @@ class Grid(Placement):
         object.__setattr__(self, "shape", tuple(int(g) for g in self.shape))
         if len(self.axes) != len(self.shape) or any(g < 1 for g in self.shape):
             raise ValueError(f"Grid: one size >= 1 per axis, got axes {self.axes} and shape {self.shape}")
-        if int(np.prod(self.shape)) != self.nsites:
+        if int(np.prod(self.shape)) > self.nsites:
             raise ValueError(f"Grid: a {'x'.join(map(str, self.shape))} grid has {int(np.prod(self.shape))} "
-                             f"sites, not {self.nsites}")
+                             f"sites, more than the {self.nsites} there are")
         driven = [a for a in self.axes if a is not None]
         if len(set(driven)) != len(driven):
             raise ValueError(f"Grid: a key dim drives at most one axis, got axes {self.axes}")

@@ -103,10 +103,17 @@ def _cluster_placements(expr, client: Client, workers: list[str]) -> dict:
     sources = [n for n in toposort(flatten_outputs(expr)[0]) if isinstance(n, ClusterSource)]
     out = {}
     who = _where(client, sources, wait=True)
+    held: dict = {}  # worker -> how many of these chunks it holds
+    for ws in who.values():
+        for w in ws:
+            held[w] = held.get(w, 0) + 1
     for src in sources:
         items = []
         for tra_key, dk in src.dask_keys:
-            holders = [w for w in who.get(dk, ()) if w in workers]
+            # a chunk with replicas (a copy an earlier plan fetched, until Dask's memory
+            # manager drops it) is placed on the holder that holds the most of the
+            # others: where a plan reading them together finds it already
+            holders = sorted((w for w in who.get(dk, ()) if w in workers), key=lambda w: -held[w])
             if not holders and not who.get(dk):
                 raise RuntimeError(f"{src.name}: the chunk {tra_key} (key {dk!r}) is not on the cluster any more")
             # data on a worker outside the chosen sites is fetched by the site that needs it

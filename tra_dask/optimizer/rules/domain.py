@@ -184,12 +184,25 @@ def site_grids(nsites: int, limits: tuple) -> list[tuple]:
     return out
 
 
+def largest_grid_sites(nsites: int, limits: tuple) -> int:
+    """The most sites, at most ``nsites``, of a grid with ``g[a] <= limits[a]``.
+
+    >>> largest_grid_sites(256, (4, 4, 4)), largest_grid_sites(8, (4, 4, 4)), largest_grid_sites(7, (2, 2, 2))
+    (64, 8, 4)
+    """
+    best = {1}
+    for lim in limits:
+        best = {u * g for u in best for g in range(1, lim + 1) if u * g <= nsites}
+    return max(best)
+
+
 def _promising_grids(c: Contraction, s: int, extents: tuple, keep: int = 3) -> list[tuple]:
     """The ``keep`` grids with the fewest words by the classic 3-D estimate — each
     left chunk to the g_j sites of its grid row, each right chunk to g_i, each result
     element's g_k partial sums folded onto one site — out of all :func:`site_grids`
-    (at 4096 sites there are dozens, and each is a plan over up to 10⁶ join tuples:
-    that is where planning time would go).  The estimate only orders the
+    of the most sites the key extents allow (all ``s`` where a grid of ``s`` fits
+    them; at 4096 sites there are dozens, and each is a plan over up to 10⁶ join
+    tuples: that is where planning time would go).  The estimate only orders the
     candidates; the cost model chooses among the plans."""
     lf, rf = 1 - c.a, 1 - c.b
     A, B = float(c.left.type.nelements), float(c.right.type.nelements)
@@ -198,7 +211,7 @@ def _promising_grids(c: Contraction, s: int, extents: tuple, keep: int = 3) -> l
     def words(g):
         return A * (g[2] - 1) + B * (g[lf] - 1) + C * (g[c.a] - 1)
 
-    return sorted(site_grids(s, extents), key=words)[:keep]
+    return sorted(site_grids(largest_grid_sites(s, extents), extents), key=words)[:keep]
 
 
 def _array_extent(t, dim: int) -> float:

@@ -110,6 +110,11 @@ def r2_6_join_strategies(node: PNode) -> Iterator[PNode]:
     yield from attempt(lambda: LocalJoin(broadcast(L), R, lo, ro, k))
     yield from attempt(lambda: LocalJoin(L, broadcast(R), lo, ro, k))
     pairs = list(zip(lo, ro))
+    # a dim of one value on both sides partitions nothing (Part's site function numbers
+    # keys over the values' extents): subsets that differ only in such dims are one
+    # placement, so only the dims that vary are combined (one pair when none does)
+    varying = [(a, b) for a, b in pairs if L.type.frontier[a] > 1 or R.type.frontier[b] > 1]
+    pairs = varying or pairs[:1]
     for n in range(len(pairs), 0, -1):
         for sub in combinations(pairs, n):
             dl, dr = tuple(a for a, _ in sub), tuple(b for _, b in sub)

@@ -1,0 +1,238 @@
+"""An analytic estimate of a chunking's seconds, to rank candidate chunkings before
+any is planned.
+
+Planning one chunking (building its TRA expression and searching its IA plans) costs
+tenths of a second; a chunk choice that planned every candidate grew with the
+cluster (16.2 s for a 4096³ multiply on 16 sites, 42 chunkings).  The chooser
+(:func:`tra_dask.frontend.chunking.choose`) ranks every candidate by this estimate
+instead, which reads only the expression's shapes and the cluster's rates
+(microseconds per candidate, independent of the number of sites), and plans the best
+few in full; the plans' predicted seconds decide among those.  The estimate is the
+time model's terms (:mod:`tra_dask.optimizer.time`) for an idealised plan of each
+node:
+
+* a contraction (each step of an einsum's contraction path) runs on a grid of sites
+  over its indices — ``p[l]`` sites along index ``l``, at most its blocks, their
+  product at most the sites — found greedily (the index whose doubling saves the most
+  first): each site runs its share of the block products at the BLAS rate of the
+  block size, receives its block of every operand not already there (an operand is
+  replicated over the grid's indices it lacks), and sends its partial result to be
+  summed when a contracted index is split;
+* any other node runs on as many sites as it has blocks, at the elementwise rate, and
+  moves nothing (its inputs are cut alike);
+* every block product, summed output block, elementwise block and loaded chunk is a
+  task (the per-task overhead); a chunk that does not fit in a site's memory with the
+  operands of its product rules the chunking out (``inf``); a dask input cut
+  otherwise is re-chunked (``rechunk(arr, blocks)`` seconds, the chooser's).
+
+Nodes follow one another (no overlap): an estimate, not a bound — the chooser plans
+several candidates for that reason.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .nodes import Einsum, Leaf
+
+__all__ = ["Estimator"]
+
+
+class Estimator:
+    """``Estimator(classes, sites, spec)(blocks) -> seconds`` (``blocks``: a block
+    size per axis class of ``classes``, an :class:`~tra_dask.frontend.chunking.AxisClasses`);
+    ``paths``: einsum node -> its contraction path (default: opt_einsum's best);
+    ``rechunk(arr, chunks) -> seconds`` for a dask input cut other than it is."""
+
+    def __init__(self, classes, sites: int, spec, paths=None, rechunk=None):
+        self.cl, self.sites, self.spec = classes, sites, spec
+        self.paths = dict(paths or {})
+        self.rechunk = rechunk
+        gpu = spec.gpu
+        self.threads = 1 if gpu is not None else spec.threads
+        self.link = spec.link_bandwidth
+        self.fresh = spec.fresh_bandwidth if gpu is None else gpu.elementwise * 24 / gpu.sharing
+        self.half = spec.blas_half_size if gpu is None else gpu.blas_half_size
+        self.memory = spec.memory_budget
+        self.launch = 0.0 if gpu is None else gpu.launch
+        self.footprints: dict = {}
+
+    # -- rates -------------------------------------------------------------------------
+    def _blas_peak(self, dtype) -> float:
+        dtype = np.dtype(dtype)
+        real = np.empty(0, dtype).real.dtype
+        if self.spec.gpu is not None:
+            return self.spec.gpu.blas_rate(real) / self.spec.gpu.sharing
+        return self.spec.rates["blas"] * (self.spec.blas_float32 if real == np.float32 else 1.0)
+
+    def _elementwise_rate(self, dtype) -> float:
+        narrow = 8 / max(min(np.dtype(dtype).itemsize, 16), 2)
+        if self.spec.gpu is not None:
+            return self.spec.gpu.elementwise * narrow / self.spec.gpu.sharing
+        return self.spec.rates["elementwise"] * narrow
+
+    # -- the estimate ------------------------------------------------------------------
+    def __call__(self, blocks) -> float:
+        cl = self.cl
+        seconds, tasks = 0.0, 0
+        self._footprint = 0.0
+        for n in cl.nodes:
+            nb = [self._nblocks(n, a, blocks) for a in range(n.ndim)]
+            if isinstance(n, Leaf):
+                tasks += math.prod(nb)
+                if n.kind == "dask" and self.rechunk is not None:
+                    cut = tuple(min(blocks[cl.of[(n, a)]], max(1, n.shape[a])) for a in range(n.ndim))
+                    if n.chunks is None or tuple(n.chunks) != cut:
+                        seconds += self.rechunk(n.data, cut)
+                continue
+            if isinstance(n, Einsum):
+                s, t = self._einsum(n, blocks)
+            else:
+                s, t = self._other(n, nb, blocks)
+            if s == math.inf:
+                return math.inf
+            seconds += s
+            tasks += t
+        self.footprints[tuple(blocks)] = self._footprint
+        return self.spec.submit_overhead + tasks * (self.spec.task_overhead + self.launch) + seconds
+
+    def footprint(self, blocks) -> float:
+        """Bytes of the largest block product's operands and result under ``blocks``
+        (after the estimate of ``blocks``): the smaller, the less a plan holds at once."""
+        if tuple(blocks) not in self.footprints:
+            self(blocks)
+        return self.footprints[tuple(blocks)]
+
+    def _nblocks(self, node, axis, blocks) -> int:
+        n = node.shape[axis]
+        b = min(blocks[self.cl.of[(node, axis)]], max(1, n))
+        return max(1, -(-n // b))
+
+    def _other(self, n, nb, blocks) -> tuple[float, int]:
+        """An elementwise-like node (a map, a reduction, a permutation, a slice ...):
+        its input elements at the elementwise rate, on as many sites as it has
+        blocks; one task per block (per input block for a reduction)."""
+        x = max((i for i in n.inputs), key=lambda i: math.prod(i.shape), default=None)
+        elems = max(math.prod(n.shape), math.prod(x.shape) if x is not None else 0)
+        nblocks = math.prod(nb)
+        if x is not None and math.prod(x.shape) > math.prod(n.shape):  # a reduction: one task per input block
+            nblocks = max(nblocks, math.prod(self._nblocks(x, a, blocks) for a in range(x.ndim)))
+        used = min(self.sites, nblocks)
+        per_site = math.ceil(nblocks / used) * elems / nblocks
+        made = math.ceil(nblocks / used) * math.prod(n.shape) / max(1, math.prod(nb)) * np.dtype(n.dtype).itemsize
+        return per_site / (self._elementwise_rate(n.dtype) * self.threads) + made / self.fresh, nblocks
+
+    def _einsum(self, n: Einsum, blocks) -> tuple[float, int]:
+        letters: dict = {}  # letter -> block count
+        for i, a, c in n._axes():
+            letters[c] = self._nblocks(n.inputs[i], a, blocks)
+        for o, c in enumerate(n.out):
+            letters.setdefault(c, self._nblocks(n, o, blocks))
+        sizes = dict(n.sizes)
+        terms = [sub for sub in n.subs]
+        path = self.paths.get(n)
+        if path is None:
+            path = self._default_path(n)
+        seconds, tasks = 0.0, 0
+        itemsize = np.dtype(n.dtype).itemsize
+        complex_ = np.dtype(n.dtype).kind == "c"
+        for step in path:
+            group = [terms[i] for i in step]
+            rest = [t for i, t in enumerate(terms) if i not in step]
+            needed = set(n.out).union(*rest) if rest else set(n.out)
+            involved = "".join(sorted(set().union(*group)))
+            out = "".join(c for c in involved if c in needed)
+            if len(group) == 1:  # a reduction of one operand
+                s, t = self._reduce_step(group[0], out, sizes, letters, n.dtype)
+            else:
+                s, t = self._contract(group, out, involved, sizes, letters, itemsize, complex_, n.dtype)
+            if s == math.inf:
+                return s, 0
+            seconds += s
+            tasks += t
+            terms = rest + [out]
+        return seconds, tasks
+
+    def _default_path(self, n: Einsum):
+        if n not in self.paths:
+            if len(n.subs) < 2:
+                self.paths[n] = ((0,),) if n.subs and set(n.subs[0]) != set(n.out) else ()
+            else:
+                from .einsum import contraction_paths
+
+                self.paths[n] = contraction_paths(list(n.subs), n.out, dict(n.sizes))[0]
+        return self.paths[n]
+
+    def _reduce_step(self, sub, out, sizes, letters, dtype) -> tuple[float, int]:
+        elems = math.prod(sizes[c] for c in sub)
+        nblocks = math.prod(letters[c] for c in sub)
+        used = min(self.sites, nblocks)
+        return math.ceil(nblocks / used) * elems / nblocks / (self._elementwise_rate(dtype) * self.threads), nblocks
+
+    def _contract(self, group, out, involved, sizes, letters, itemsize, complex_, dtype) -> tuple[float, int]:
+        """One contraction step: its seconds on the best grid of sites found
+        greedily (module doc), and its tasks."""
+        b = [letters.get(c, 1) for c in involved]
+        pos = {c: i for i, c in enumerate(involved)}
+        calls = math.prod(b)
+        flops = 2.0 * math.prod(sizes[c] for c in involved) * (4 if complex_ else 1)
+        per_call = flops / calls
+        chunk = [sizes[c] / n for c, n in zip(involved, b)]
+        ins = [[pos[c] for c in g] for g in group]
+        outs = [pos[c] for c in out]
+        contracted = [i for i, c in enumerate(involved) if c not in out]
+        work = sum(math.prod(chunk[i] for i in g) for g in ins) + math.prod(chunk[i] for i in outs)
+        self._footprint = max(self._footprint, work * itemsize)
+        if work * itemsize > self.memory:  # one product's operands and result do not fit on a site
+            return math.inf, 0
+        n3 = max(per_call / 2, 1.0) ** (1 / 3)
+        rate = self._blas_peak(dtype) / (1 + self.half / n3) * self.threads
+        out_blocks = math.prod(b[i] for i in outs)
+        out_size = math.prod(sizes[c] for c in out)
+        inputs = [(g, math.prod(sizes[c] for c in grp), min(math.prod(b[i] for i in g), self.sites))
+                  for g, grp in zip(ins, group)]
+        out_chunk = math.prod(chunk[i] for i in outs) * itemsize
+        cost_per_float = itemsize / self.link
+
+        def seconds(p, grid):
+            per_site_calls = 1
+            for n, q in zip(b, p):
+                per_site_calls *= -(-n // q)
+            recv = send = 0.0  # floats a busy site receives and sends
+            for g, size, holders in inputs:
+                pieces = 1
+                for i in g:
+                    pieces *= p[i]
+                copies = grid // pieces  # the grid's sites that need each piece
+                if copies > 1:  # each piece from the site that holds it (its chunks are spread)
+                    recv += size / pieces * (copies - 1) / copies
+                    send = max(send, size / holders * (copies - 1))
+            split = 1
+            for i in contracted:
+                split *= p[i]
+            if split > 1:  # partial sums folded onto one site of each result chunk
+                recv += out_size * (split - 1) / min(out_blocks, grid)
+                send += out_size * split / grid
+            return (per_site_calls * per_call / rate + (recv + send) * cost_per_float
+                    + per_site_calls * out_chunk / self.fresh)
+
+        p, grid = [1] * len(b), 1
+        best = seconds(p, grid)
+        while grid * 2 <= self.sites:  # double the index that saves the most
+            trial = None
+            for i, n in enumerate(b):
+                if p[i] < n:
+                    q = list(p)
+                    q[i] = min(n, p[i] * 2)
+                    g = grid // p[i] * q[i]
+                    if g <= self.sites:
+                        t = seconds(q, g)
+                        if trial is None or t < trial[0]:
+                            trial = (t, q, g)
+            if trial is None or trial[0] >= best:
+                break
+            best, p, grid = trial
+        tasks = calls + (out_blocks if calls > out_blocks else 0)
+        return best, tasks
