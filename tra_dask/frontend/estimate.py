@@ -35,6 +35,7 @@ import math
 
 import numpy as np
 
+from .einsum import contraction_paths
 from .nodes import Einsum, Leaf
 
 __all__ = ["Estimator"]
@@ -160,8 +161,6 @@ class Estimator:
             if len(n.subs) < 2:
                 self.paths[n] = ((0,),) if n.subs and set(n.subs[0]) != set(n.out) else ()
             else:
-                from .einsum import contraction_paths
-
                 self.paths[n] = contraction_paths(list(n.subs), n.out, dict(n.sizes))[0]
         return self.paths[n]
 
