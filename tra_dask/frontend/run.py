@@ -167,6 +167,9 @@ def plan_chunking(x, sites: int, plan_rel, dask_source, spec, context=()):
     built: dict = {}  # (blocks, paths) -> (relation, plan, used a placeholder)
 
     has_dask = any(isinstance(n, Leaf) and n.kind == "dask" for n in cl.nodes)
+    on_device = any(isinstance(n, Leaf) and is_device(getattr(n.data, "_meta", n.data)) for n in cl.nodes)
+    if not on_device:  # the GPU terms price device data only (host chunks run on the CPUs)
+        spec = spec.on_host()
     structure = (_structure(roots, sites, spec), context)
 
     def evaluate(blocks, paths=paths, placeholders=True, quick=True):
