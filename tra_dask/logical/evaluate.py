@@ -211,9 +211,10 @@ _EVAL: dict[type, Callable[..., Chunks]] = {
 
 
 def _register_sources():
-    from .sources import FromChunks, FromFunction, FromNumpy
+    from .sources import ClusterSource, FromChunks, FromFunction, FromNumpy
 
-    for cls in (FromNumpy, FromChunks, FromFunction):
+    # (a cluster source's chunks are fetched by the function the runtime gave it)
+    for cls in (FromNumpy, FromChunks, FromFunction, ClusterSource):
         _EVAL[cls] = _eval_source
 
 
