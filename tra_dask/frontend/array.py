@@ -257,8 +257,29 @@ class Array:
     def __hash__(self):
         return id(self)
 
-    def __bool__(self):
-        raise TypeError("the truth value of a lazy td.Array is unknown; compute it first")
+    def _scalar(self, kind: str):
+        """The one element of a size-1 array as a Python ``kind`` (``bool(x)``,
+        ``float(x)``, ``int(x)``, ``complex(x)``, ``operator.index(x)``): it is computed
+        then (on the current Dask client if there is one, else here), as numpy's
+        conversions read the element; an array of more elements is refused, as
+        numpy refuses it, before anything runs."""
+        if self.size != 1:
+            raise TypeError(f"td.Array: {kind}() of an array of shape {self.shape} ({self.size} elements); only a "
+                            f"one-element array converts to a Python scalar (reduce it first: x.any(), x.all(), "
+                            f"x.sum(), ...)")
+        if kind == "index" and self.dtype.kind not in "iu":
+            raise TypeError(f"td.Array: only integer arrays are an index, this one is {self.dtype}")
+        return np.asarray(self).reshape(())[()]
+
+    def __bool__(self): return bool(self._scalar("bool"))
+    def __float__(self): return float(self._scalar("float"))
+    def __int__(self): return int(self._scalar("int"))
+    def __complex__(self): return complex(self._scalar("complex"))
+    def __index__(self): return int(self._scalar("index"))
+
+    def __setitem__(self, key, value):
+        raise TypeError("td.Array is immutable (a lazy expression): build the new array instead, e.g. "
+                        "td.where(mask, value, x)")
 
     def __eq__(self, o): return self._binary(o, "eq")  # noqa: E704  (elementwise, as numpy's)
     def __ne__(self, o): return self._binary(o, "ne")  # noqa: E704
