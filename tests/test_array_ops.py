@@ -223,6 +223,17 @@ def test_softmax_and_cov_equal_numpy():
     _eq(td.to_numpy(td.cov(td.from_array(I32))), np.cov(I32))
 
 
+def test_cumsum_adds_the_totals_of_the_blocks_before():
+    for x, chunks in [(X64, 2), (X64, (2, 3)), (I32, 3), (B, 2), (C128, None)]:
+        for axis in (0, 1, -1):
+            _eq(td.to_numpy(td.from_array(x, chunks=chunks).cumsum(axis=axis)), np.cumsum(x, axis=axis))
+    _eq(td.to_numpy(np.cumsum(td.from_array(X64))), np.cumsum(X64))  # flattened
+    _eq(td.to_numpy(td.from_array(I32, chunks=2).cumsum(axis=0, dtype=np.int16)), I32.cumsum(axis=0, dtype=np.int16))
+    rel = td.from_array(X64, chunks=2).cumsum(axis=0).relation
+    ops = [n._op for n in _nodes(rel)]
+    assert ops.count("join") == 2 and "filter" in ops and "aggregate" in ops  # totals x totals, then back
+
+
 def test_empty_inputs_give_numpy_results():
     e = np.ones((0, 3))
     _eq(td.to_numpy(td.from_array(e).prod(axis=0)), e.prod(axis=0))
@@ -261,7 +272,8 @@ ERRORS = [
     (lambda: td.cov(X64, aweights=np.ones(7)), TypeError, r"fweights= and aweights= are not supported"),
     (lambda: td.cov(np.ones((2, 2, 2))), ValueError, r"more than 2 dimensions"),
     (lambda: td.from_array(X64).astype(object), TypeError, r"dtype object is not supported"),
-    (lambda: np.cumsum(td.from_array(X64)), TypeError, r"does not support numpy.cumsum"),
+    (lambda: np.sort(td.from_array(X64)), TypeError, r"does not support numpy.sort"),
+    (lambda: td.from_array(X64, chunks=2).cumsum(), ValueError, r"reshape needs .* in one block"),
     (lambda: td.expand_dims(td.from_array(X64), 3), ValueError, r"axis 3 is out of range for rank 3"),
 ]
 
@@ -296,5 +308,5 @@ def test_new_operations_add_no_chunking_search():
     assert base > 1
     for expr in [x.std(axis=0), x.prod(axis=1), (x > 0).any(axis=0), x == x, np.sin(x), td.where(x > 0, x, 0.0),
                  x.sum(1)[:, None] * x, x.reshape(48, 4, 10), td.concatenate([x, x]), td.stack([x, x]),
-                 td.softmax(x), x.astype(np.float32), td.cov(x)]:
+                 td.softmax(x), x.astype(np.float32), td.cov(x), x.cumsum(axis=0)]:
         assert _tried(expr) <= base, expr

@@ -26,7 +26,8 @@ import numpy as np
 from .chunk_ops import BINARY_OPS, UNARY_UFUNCS
 from .chunking import check_chunking
 from .einsum import check_optimize, interleaved, parse, symbol
-from .nodes import ArgReduce, Einsum, Elementwise, Expand, Leaf, Permute, Reduce, ScalarOp, Slice, Take, Unary
+from .nodes import (ArgReduce, Cumsum, Einsum, Elementwise, Expand, Leaf, Permute, Reduce, ScalarOp, Slice, Take,
+                    Unary)
 
 __all__ = ["Array", "from_array", "from_region", "asarray", "einsum", "matmul", "tensordot", "dot", "vdot",
            "outer"]
@@ -486,6 +487,25 @@ class Array:
         from .functions import var
 
         return np.sqrt(var(self, axis=axis, ddof=ddof, keepdims=keepdims, where="td.Array.std"))
+
+    def cumsum(self, axis=None, dtype=None):
+        """``numpy.cumsum``: running sums along ``axis`` (None: of the flattened array,
+        numpy's order), in numpy's dtype (small integers and bools as the platform
+        integer) or ``dtype``.  Within each chunk, plus the totals of the chunks before
+        it along ``axis`` (a join of the chunk totals on the other key dims, filtered
+        to the blocks before, aggregated)."""
+        x = self.reshape(-1) if axis is None else self
+        if axis is None:
+            axis = 0
+        if x.ndim == 0:
+            x = x.reshape(1)
+        (a,) = x._axes(axis, "td.Array.cumsum")
+        out = np.cumsum(np.ones(1, x.dtype), dtype=dtype).dtype
+        if out.kind not in "biufc":
+            raise TypeError(f"td.Array.cumsum: dtype {out} is not supported")
+        if x.size == 0:
+            return _filled(x.shape, out)
+        return Array(Cumsum(x.shape, out, inputs=(x._node,), axis=a))
 
     def mean(self, axis=None, keepdims=False):
         axes = self._axes(axis, "td.Array.mean")
@@ -975,6 +995,8 @@ _FUNCTIONS = {
     np.real: lambda val: _operand(val, "numpy.real").real,
     np.imag: lambda val: _operand(val, "numpy.imag").imag,
     np.prod: _np_reduce("prod"),
+    np.cumsum: lambda a, axis=None, dtype=None, out=None: (_no_extras("cumsum", out=out),
+                                                           _operand(a, "numpy.cumsum").cumsum(axis, dtype))[1],
     np.any: _np_reduce("any"),
     np.all: _np_reduce("all"),
 }

@@ -18,7 +18,7 @@ import numpy as np
 from .. import logical as L
 from ..keys import Const, Dim, key_map, project
 from . import chunk_ops as ops
-from .nodes import (ArgReduce, Concatenate, Einsum, Elementwise, Expand, Leaf, Permute, Reduce, Reshape, ScalarOp,
+from .nodes import (ArgReduce, Concatenate, Cumsum, Einsum, Elementwise, Expand, Leaf, Permute, Reduce, Reshape, ScalarOp,
                     Slice, Take, Unary, Where)
 
 __all__ = ["Builder"]
@@ -377,6 +377,27 @@ class Builder:
         if out.type.dtype != node.dtype:  # (one input, or promotion by the kernel is numpy's: a guard)
             out = L.transform(out, ops.astype_kernel(np.dtype(node.dtype).str))
         return out
+
+    def _cumsum(self, node: Cumsum):
+        """Running sums per chunk; the chunk totals (``T``, key ``k``) joined with
+        themselves on every key dim but ``axis`` (key ``k`` + ``j``, the other block's
+        index), filtered to ``j <= k[axis]`` and summed: the totals up to and including
+        each block; joined back, each chunk gets the blocks before it added."""
+        x, a = node.inputs[0], node.axis
+        dt = np.dtype(node.dtype).str
+        rel = self(x)
+        running = L.transform(rel, ops.cumsum_kernel(a, dt))
+        if -(-x.shape[a] // self.block(x, a)) == 1:  # one block: nothing before it
+            return running
+        totals = L.transform(L.transform(rel, ops.reduce_kernel("sum", (a,))), ops.expand_kernel((a,), x.ndim))
+        if np.dtype(totals.type.dtype) != np.dtype(dt):
+            totals = L.transform(totals, ops.astype_kernel(dt))
+        other = tuple(d for d in range(x.ndim) if d != a)
+        pairs = L.join(totals, totals, other, other, ops.SECOND)  # key: T's key, then the other block's index
+        upto = L.filter(pairs, Dim(x.ndim) <= Dim(a))
+        prefix = L.aggregate(upto, tuple(range(x.ndim)), "add")
+        dims = tuple(range(x.ndim))
+        return L.join(running, prefix, dims, dims, ops.add_prefix_kernel(a))
 
     def _take(self, node: Take):
         x = node.inputs[0]

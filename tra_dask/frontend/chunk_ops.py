@@ -21,7 +21,7 @@ __all__ = [
     "einsum_kernel", "squeeze_kernel", "expand_kernel", "permute_kernel", "broadcast_kernel",
     "scalar_kernel", "take_kernel", "reduce_kernel", "argpair_kernel", "pairfold_kernel", "take_index_kernel",
     "BINARY_OPS", "ORDERED", "UNARY_UFUNCS", "ufunc_kernel", "astype_kernel", "reshape_kernel", "concat_kernel", "slice_kernel",
-    "where_pack_kernel", "where_pick_kernel", "block_arange", "full_region",
+    "where_pack_kernel", "where_pick_kernel", "cumsum_kernel", "add_prefix_kernel", "SECOND", "block_arange", "full_region",
 ]
 
 BINARY_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
@@ -442,6 +442,46 @@ def where_pick_kernel(py: tuple, rank: int, dtype: str) -> Kernel:
 
     return Kernel("where", _where_pick, 2, shape, dtype=lambda a, b: np.dtype(dtype),
                   flops=lambda sp, sy: math.prod(shape(sp, sy)), params=(tuple(py), rank, dtype))
+
+
+# ---------------------------------------------------------------------------
+# cumulative sums
+
+
+def _cumsum(x, axis, dtype):
+    xp = array_module(x)
+    return _contiguous(xp, xp.cumsum(x, axis=axis, dtype=dtype))
+
+
+def cumsum_kernel(axis: int, dtype: str) -> Kernel:
+    """``numpy.cumsum(chunk, axis, dtype)``: the running sum within a chunk."""
+    return Kernel("cumsum", _cumsum, 1, lambda s: s, dtype=lambda d: np.dtype(dtype),
+                  flops=lambda s: math.prod(s), params=(axis, dtype))
+
+
+def _second(a, b):
+    return b
+
+
+SECOND = Kernel("second", _second, 2, lambda sa, sb: sb, dtype=lambda da, db: np.dtype(db), flops=lambda sa, sb: 0)
+
+
+def _add_prefix(c, p, axis):
+    """A chunk's running sum ``c`` plus the sum of the chunks before it: ``p`` holds
+    the totals up to and including this chunk, so this chunk's own total (``c``'s
+    last slice along ``axis``) comes off."""
+    xp = array_module(c, p)
+    last = xp.take(c, [c.shape[axis] - 1], axis=axis)
+    return _contiguous(xp, c + (p - last))
+
+
+def add_prefix_kernel(axis: int) -> Kernel:
+    def shape(sc, sp):
+        if len(sc) != len(sp) or sp[axis] != 1 or any(m != n for d, (m, n) in enumerate(zip(sc, sp)) if d != axis):
+            raise KernelTypeError(f"add_prefix along {axis}: chunks {sc} and {sp}")
+        return sc
+
+    return Kernel("add_prefix", _add_prefix, 2, shape, flops=lambda sc, sp: 2 * math.prod(sc), params=(axis,))
 
 
 # ---------------------------------------------------------------------------

@@ -247,7 +247,7 @@ def var(x, axis=None, ddof=0, keepdims=False, where: str = "td.Array.var", corre
         shape = tuple(1 if a in axes else m for a, m in enumerate(x.shape) if keepdims or a not in axes)
         return _filled(shape, out_dtype, np.nan if n == 0 else None)
     d = x - x.mean(axis=axes, keepdims=True)
-    sq = (d * d.conj()).real if d.dtype.kind == "c" else d * d
+    sq = (d * d.conj()).real if d.dtype.kind == "c" else np.square(d)  # (a transform, not a self-join: x*x exactly)
     s = sq.sum(axis=axes, keepdims=keepdims) if axes else sq
     return s / max(n - ddof, 0)
 

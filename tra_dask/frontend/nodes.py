@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["ANode", "Leaf", "Einsum", "Elementwise", "ScalarOp", "Unary", "Reduce", "ArgReduce",
-           "Permute", "Slice", "Take", "Expand", "Reshape", "Concatenate", "Where"]
+           "Permute", "Slice", "Take", "Expand", "Reshape", "Concatenate", "Where", "Cumsum"]
 
 
 def _same_axes(ndim: int) -> list:
@@ -292,3 +292,16 @@ class Where(ANode):
 
     def links(self):
         return [(i, a, o) for i in range(3) for a, o in self.kept(i)]
+
+
+@dataclass(frozen=True, eq=False)
+class Cumsum(ANode):
+    """``numpy.cumsum`` along ``axis``: the running sum within each chunk plus the
+    totals of the chunks before it (a join of the chunk totals with themselves on
+    the other key dims, filtered to the blocks up to each one, aggregated)."""
+
+    inputs: tuple = ()
+    axis: int = 0
+
+    def links(self):
+        return [(0, a, a) for a in range(self.ndim)]
