@@ -88,6 +88,8 @@ def test_elementwise_reductions_linalg():
     _eq(xp.broadcast_to(x[0], (3, 6)), np.broadcast_to(A[0], (3, 6)))
     _eq(xp.where(x > 0, x, xp.zeros_like(x)), np.where(A > 0, A, 0))
     _eq(xp.squeeze(xp.expand_dims(x, axis=1), axis=1), A)
+    _eq(xp.cumulative_sum(x, axis=1), np.cumsum(A, axis=1))
+    _eq(xp.cumulative_sum(x[0], include_initial=True), np.concatenate([[0.0], np.cumsum(A[0])]))
 
 
 def test_scalar_conversions_compute_one_element_arrays():

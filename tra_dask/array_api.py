@@ -11,7 +11,7 @@ Python scalar of a one-element array: ``float(xp.sum(x))``).
 
 Not here (their shapes depend on the data, or they need an order across chunks that
 the algebra has no operator for yet): sorting and set functions, ``nonzero``,
-``searchsorted``, ``cumulative_sum``, ``flip``, ``roll``, ``tril``/``triu``, ``take``,
+``searchsorted``, ``cumulative_prod``, ``flip``, ``roll``, ``tril``/``triu``, ``take``,
 boolean-mask and integer-array indexing, in-place updates (``__setitem__``), DLPack.
 
 >>> import numpy as np, tra_dask as td
@@ -352,6 +352,24 @@ def _sum_like(name):
 
 
 sum, prod = _sum_like("sum"), _sum_like("prod")  # noqa: A001
+
+
+def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
+    """Running sums along ``axis`` (None: a 1-d array's only axis); ``include_initial``:
+    a zero first (concatenated: that axis then one block)."""
+    x = _operand(x, "cumulative_sum")
+    if axis is None:
+        if x.ndim != 1:
+            raise ValueError(f"cumulative_sum: axis=None needs a 1-d array, got shape {x.shape}")
+        axis = 0
+    if dtype is None and x.dtype.kind in "iu" and x.dtype.itemsize < 8:
+        dtype = int64 if x.dtype.kind == "i" else uint64
+    out = x.cumsum(axis=axis, dtype=dtype)
+    if include_initial:
+        a = axis % x.ndim
+        shape = tuple(1 if d == a else n for d, n in enumerate(x.shape))
+        out = _f.concatenate([full(shape, 0, dtype=out.dtype), out], axis=a)
+    return out
 
 
 def mean(x, /, *, axis=None, keepdims=False):

@@ -202,7 +202,7 @@ def reshape(x, shape, order="C", copy=None) -> Array:
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)
     try:
-        shape = tuple(int(operator_index(n)) for n in shape)
+        shape = tuple(int(_extent(n)) for n in shape)
     except TypeError:
         raise TypeError(f"reshape: the new shape must be ints, got {shape!r}") from None
     if sum(n == -1 for n in shape) > 1 or any(n < -1 for n in shape):
@@ -221,7 +221,7 @@ def reshape(x, shape, order="C", copy=None) -> Array:
     return Array(Reshape(shape, x.dtype, inputs=(x._node,), groups=_groups(x.shape, shape)))
 
 
-def operator_index(n):
+def _extent(n):
     import operator
 
     if isinstance(n, (bool, np.bool_)):
