@@ -55,6 +55,7 @@ def main(argv=None):
         "stack([x, x])": td.stack([x, x]),
         "softmax(axis=-1)": td.softmax(x),
         "cov": td.cov(x),
+        "cumsum(axis=0)": x.cumsum(axis=0),
     }
     td.to_numpy(x + 1)  # warm up imports
     print(f"{'expression':<24} {'chunkings':>9} {'searched classes':>16} {'chunking stage (s)':>19}")
