@@ -68,15 +68,12 @@ def test_reductions_planned_for_three_sites():
 
 
 @pytest.mark.slow
-def test_composite_operations_planned_for_three_sites():
-    """std, softmax and where planned for 3 sites (5-12 s each here: the optimizer's
-    search over their larger DAGs, under each of the ~10 chunkings tried)."""
-    x = RNG.standard_normal((12, 8))
-    X = td.from_array(x)
-    for expr, want in [(X.std(axis=0), x.std(axis=0)), (td.softmax(X, axis=0), np.exp(x) / np.exp(x).sum(axis=0)),
-                       (td.where(X > 0, X, 0.0), np.where(x > 0, x, 0.0))]:
-        rel, plan = expr.to_relation(sites=3)
-        _eq(td.to_numpy(rel), want)
+def test_composite_operation_planned_for_three_sites():
+    """std planned for 3 sites (seconds here: the optimizer's search over its DAG of
+    two reductions and a broadcast join, under each of the ~10 chunkings tried)."""
+    x = RNG.standard_normal((6, 4))
+    rel, plan = td.from_array(x).std(axis=0).to_relation(sites=3)
+    _eq(td.to_numpy(rel), x.std(axis=0))
 
 
 BINARY = ["==", "!=", "<", "<=", ">", ">=", "//", "%", "&", "|", "^"]

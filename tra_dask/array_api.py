@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from .frontend.array import DEVICE, Array, _filled, _operand, from_array, from_region
-from .frontend.array import matmul as _matmul, tensordot as _tensordot
+from .frontend.array import einsum as td_einsum, matmul as _matmul, tensordot as _tensordot
 from .frontend import functions as _f
 
 __array_api_version__ = "2023.12"
@@ -71,12 +71,36 @@ def can_cast(from_, to, /) -> bool:
     return np.can_cast(_dtype_of(from_), to)
 
 
+class _FInfo:
+    """``finfo``: the standard's fields, as Python floats."""
+
+    def __init__(self, dtype):
+        f = np.finfo(dtype)
+        self.bits, self.dtype = int(f.bits), np.dtype(f.dtype)
+        self.eps, self.max, self.min = float(f.eps), float(f.max), float(f.min)
+        self.smallest_normal = float(f.smallest_normal)
+
+    def __repr__(self):
+        return f"finfo(dtype={self.dtype}, bits={self.bits}, eps={self.eps}, max={self.max}, min={self.min})"
+
+
+class _IInfo:
+    """``iinfo``: the standard's fields, as Python ints."""
+
+    def __init__(self, dtype):
+        i = np.iinfo(dtype)
+        self.bits, self.max, self.min, self.dtype = int(i.bits), int(i.max), int(i.min), np.dtype(i.dtype)
+
+    def __repr__(self):
+        return f"iinfo(dtype={self.dtype}, bits={self.bits}, max={self.max}, min={self.min})"
+
+
 def finfo(type, /):  # noqa: A002
-    return np.finfo(_dtype_of(type))
+    return _FInfo(_dtype_of(type))
 
 
 def iinfo(type, /):  # noqa: A002
-    return np.iinfo(_dtype_of(type))
+    return _IInfo(_dtype_of(type))
 
 
 def astype(x, dtype, /, *, copy=True, device=None):
@@ -283,9 +307,15 @@ ceil, cos, cosh, exp, expm1, floor = (_unary(u) for u in (np.ceil, np.cos, np.co
 isfinite, isinf, isnan = _unary(np.isfinite), _unary(np.isinf), _unary(np.isnan)
 log, log1p, log2, log10 = _unary(np.log), _unary(np.log1p), _unary(np.log2), _unary(np.log10)
 logical_not, negative, positive = _unary(np.logical_not), _unary(np.negative), _unary(np.positive)
-reciprocal, round, sign, signbit = _unary(np.reciprocal), _unary(np.rint), _unary(np.sign), _unary(np.signbit)  # noqa: A001
+reciprocal, sign, signbit = _unary(np.reciprocal), _unary(np.sign), _unary(np.signbit)
 sin, sinh, square, sqrt, tan, tanh, trunc = (_unary(u) for u in (np.sin, np.sinh, np.square, np.sqrt, np.tan, np.tanh,
                                                                  np.trunc))
+
+
+def round(x, /):  # noqa: A001
+    """Round half to even; integers and booleans are returned as they are (their dtype kept)."""
+    x = _operand(x, "round")
+    return x if x.dtype.kind in "biu" else np.rint(x)
 
 
 def conj(x, /):
@@ -407,7 +437,7 @@ def stack(arrays, /, *, axis=0):
     return _f.stack(list(arrays), axis=axis)
 
 
-def expand_dims(x, /, *, axis=0):
+def expand_dims(x, /, axis=0):
     return _f.expand_dims(x, axis)
 
 
@@ -468,6 +498,43 @@ def matrix_transpose(x, /):
 
 
 def vecdot(x1, x2, /, *, axis=-1):
-    """``sum(conj(x1) * x2, axis)`` with broadcasting."""
+    """``sum(conj(x1) * x2, axis)`` with broadcasting: an einsum over ``axis`` (the
+    dtype the operands promote to), the other axes broadcast."""
     x1, x2 = _operand(x1, "vecdot x1"), _operand(x2, "vecdot x2")
-    return (x1.conj() * x2).sum(axis=axis)
+    if not (-builtins.min(x1.ndim, x2.ndim) <= axis < 0):
+        raise ValueError(f"vecdot: axis {axis} must be negative and within both ranks ({x1.ndim}, {x2.ndim})")
+    if x1.shape[axis] != x2.shape[axis]:
+        raise ValueError(f"vecdot: axis {axis} has extent {x1.shape[axis]} in x1 and {x2.shape[axis]} in x2")
+    try:
+        np.broadcast_shapes(x1.shape, x2.shape)
+    except ValueError:
+        raise ValueError(f"vecdot: shapes {x1.shape} and {x2.shape} do not broadcast") from None
+    a, b = moveaxis(x1.conj(), axis, -1), moveaxis(x2, axis, -1)
+    return td_einsum("...i,...i->...", a, b)
+
+
+def unstack(x, /, *, axis=0):
+    """The arrays along ``axis`` (each a take of one index)."""
+    x = _operand(x, "unstack")
+    a = _f._axis(axis, x.ndim, "unstack")
+    return tuple(x[(slice(None),) * a + (i,)] for i in range(x.shape[a]))
+
+
+def meshgrid(*arrays, indexing="xy"):
+    """Coordinate arrays of 1-d ``arrays`` (each broadcast: no data made twice here)."""
+    if indexing not in ("xy", "ij"):
+        raise ValueError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
+    xs = [_operand(a, "meshgrid") for a in arrays]
+    n = len(xs)
+    shape = [x.shape[0] for x in xs]
+    if indexing == "xy" and n >= 2:
+        shape[0], shape[1] = shape[1], shape[0]
+    out = []
+    for i, x in enumerate(xs):
+        pos = (1 if i == 0 else 0 if i == 1 else i) if indexing == "xy" and n >= 2 else i
+        out.append(broadcast_to(_f.reshape(x, tuple(-1 if d == pos else 1 for d in range(n))), tuple(shape)))
+    return out
+
+
+def count_nonzero(x, /, *, axis=None, keepdims=False):
+    return sum(_operand(x, "count_nonzero") != 0, axis=axis, keepdims=keepdims, dtype=int64)
