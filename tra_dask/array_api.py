@@ -11,8 +11,9 @@ Python scalar of a one-element array: ``float(xp.sum(x))``).
 
 Not here (their shapes depend on the data, or they need an order across chunks that
 the algebra has no operator for yet): sorting and set functions, ``nonzero``,
-``searchsorted``, ``cumulative_prod``, ``flip``, ``roll``, ``tril``/``triu``, ``take``,
-boolean-mask and integer-array indexing, in-place updates (``__setitem__``), DLPack.
+``searchsorted``, ``cumulative_prod``, ``flip``, ``roll``, ``repeat``, ``tile``,
+``tril``/``triu``, ``take``, boolean-mask and integer-array indexing, in-place updates
+(``__setitem__``), the ``linalg`` and ``fft`` extensions, DLPack.
 
 >>> import numpy as np, tra_dask as td
 >>> xp = td.from_array(np.ones(3)).__array_namespace__()
