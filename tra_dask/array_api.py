@@ -373,9 +373,9 @@ max, min, any, all = _reduce("max"), _reduce("min"), _reduce("any"), _reduce("al
 def _sum_like(name):
     def f(x, /, *, axis=None, dtype=None, keepdims=False):
         x = _operand(x, name)
-        if dtype is not None:
-            x = x.astype(dtype)
-        elif x.dtype.kind in "iu" and x.dtype.itemsize < 8:  # the standard: the default integer dtype
+        if dtype is not None:  # (summed in numpy's dtype for it, then cast: modular for integers, as numpy's)
+            return getattr(x.astype(dtype), name)(axis=axis, keepdims=keepdims).astype(dtype)
+        if x.dtype.kind in "iu" and x.dtype.itemsize < 8:  # the standard: the default integer dtype
             x = x.astype(int64 if x.dtype.kind == "i" else uint64)
         return getattr(x, name)(axis=axis, keepdims=keepdims)
     f.__name__ = name
