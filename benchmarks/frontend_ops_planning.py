@@ -4,8 +4,9 @@ For one expression per operation over a 240x160 float64 array, planned in this
 process for ``--sites`` sites of the default cluster description (the chunking
 chosen with the plan, time objective), prints: the chunkings the chooser planned
 (counted with a stand-in cost, so the count is the search's own), the seconds of the
-``chunking`` stage (which includes the optimizer's search under every candidate),
-and the same for the baseline ``x + x``.  A new operation must not add a chunking
+``chunking`` stage (which includes the optimizer's search under every candidate) and
+the CPU seconds of this process for the whole planning (steadier than wall time on a
+shared machine), and the same for the baseline ``x + x``.  A new operation must not add a chunking
 search of its own: its count is at most the baseline's.
 
     python benchmarks/frontend_ops_planning.py [--sites 4]
@@ -58,14 +59,14 @@ def main(argv=None):
         "cumsum(axis=0)": x.cumsum(axis=0),
     }
     td.to_numpy(x + 1)  # warm up imports
-    print(f"{'expression':<24} {'chunkings':>9} {'searched classes':>16} {'chunking stage (s)':>19}")
+    print(f"{'expression':<24} {'chunkings':>9} {'searched classes':>16} {'chunking stage (s)':>19} {'CPU (s)':>8}")
     for name, e in exprs.items():
         n, free = searched(e, args.sites)
         run._CHOICES.clear()  # (no remembered choice)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         _, plan = e.to_relation(sites=args.sites)
-        took = time.perf_counter() - t0
-        print(f"{name:<24} {n:>9} {free:>16} {plan.stage('chunking').seconds:>12.2f} ({took:.2f} total)")
+        took, cpu = time.perf_counter() - t0, time.process_time() - c0
+        print(f"{name:<24} {n:>9} {free:>16} {plan.stage('chunking').seconds:>12.2f} ({took:.2f} total) {cpu:>8.2f}")
 
 
 if __name__ == "__main__":
