@@ -408,7 +408,7 @@ def mean(x, /, *, axis=None, keepdims=False):
 
 
 def var(x, /, *, axis=None, correction=0.0, keepdims=False):
-    return _f.var(x, axis=axis, ddof=correction, keepdims=keepdims, where="var")
+    return _f.var(x, axis=axis, ddof=correction, keepdims=keepdims)
 
 
 def std(x, /, *, axis=None, correction=0.0, keepdims=False):

@@ -480,13 +480,13 @@ class Array:
         ``n / (n - ddof)``, two passes as numpy's (integers in float64)."""
         from .functions import var
 
-        return var(self, axis=axis, ddof=ddof, keepdims=keepdims)
+        return var(self, axis=axis, ddof=ddof, keepdims=keepdims, label="td.Array.var")
 
     def std(self, axis=None, ddof=0, keepdims=False):
         """``numpy.std``: the square root of :meth:`var`."""
         from .functions import var
 
-        return np.sqrt(var(self, axis=axis, ddof=ddof, keepdims=keepdims, where="td.Array.std"))
+        return np.sqrt(var(self, axis=axis, ddof=ddof, keepdims=keepdims, label="td.Array.std"))
 
     def cumsum(self, axis=None, dtype=None):
         """``numpy.cumsum``: running sums along ``axis`` (None: of the flattened array,

@@ -229,16 +229,16 @@ def _extent(n):
     return operator.index(n)
 
 
-def var(x, axis=None, ddof=0, keepdims=False, where: str = "td.Array.var", correction=None) -> Array:
+def var(x, axis=None, ddof=0, keepdims=False, *, correction=None, label: str = "var") -> Array:
     """``numpy.var``: ``sum(abs(x - mean)**2) / (n - ddof)`` over ``axis``, the mean
     taken first with ``keepdims`` and broadcast back (two passes, as numpy's);
     integers and booleans in float64, complex numbers give their real dtype."""
-    x = _operand(x, where)
+    x = _operand(x, label)
     if correction is not None:
         ddof = correction
     if not isinstance(ddof, numbers.Real) or isinstance(ddof, (bool, np.bool_)):
-        raise TypeError(f"{where}: ddof must be a real number, got {ddof!r}")
-    axes = x._axes(axis, where)
+        raise TypeError(f"{label}: ddof must be a real number, got {ddof!r}")
+    axes = x._axes(axis, label)
     if x.dtype.kind in "biu":
         x = x.astype(np.float64)
     n = math.prod(x.shape[a] for a in axes)
@@ -252,9 +252,9 @@ def var(x, axis=None, ddof=0, keepdims=False, where: str = "td.Array.var", corre
     return s / max(n - ddof, 0)
 
 
-def std(x, axis=None, ddof=0, keepdims=False, correction=None) -> Array:
+def std(x, axis=None, ddof=0, keepdims=False, *, correction=None, label: str = "std") -> Array:
     """``numpy.std``: the square root of :func:`var`."""
-    return np.sqrt(var(x, axis, ddof, keepdims, where="std", correction=correction))
+    return np.sqrt(var(x, axis, ddof, keepdims, correction=correction, label=label))
 
 
 def softmax(x, axis=-1) -> Array:
@@ -310,8 +310,7 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
 def _np_std_var(name):
     def f(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):
         _no_extras(name, dtype=dtype, out=out, where=where, mean=mean)
-        return var(a, axis, ddof, keepdims, where=f"numpy.{name}", correction=correction) if name == "var" \
-            else std(a, axis, ddof, keepdims, correction=correction)
+        return (var if name == "var" else std)(a, axis, ddof, keepdims, correction=correction, label=f"numpy.{name}")
     return f
 
 
