@@ -190,15 +190,15 @@ def test_bad_einsum_inputs():
 
 def test_bad_array_inputs():
     x = td.from_array(np.ones((3, 4)))
-    with pytest.raises(TypeError, match=r"does not support numpy.sin; supported ufuncs: .*exp"):
-        np.sin(x)
+    with pytest.raises(TypeError, match=r"does not support numpy.frexp; supported ufuncs: .*exp.*sin"):
+        np.frexp(x)
     with pytest.raises(TypeError, match=r"does not support numpy.sort"):
         np.sort(x)
     with pytest.raises(ValueError, match=r"shapes \(3, 4\) and \(3,\) do not broadcast"):
         x + np.ones(3)
     with pytest.raises(ValueError, match=r"axis 2 is out of range for an array of shape \(3, 4\); valid axes: -2..1"):
         x.sum(axis=2)
-    with pytest.raises(TypeError, match=r"integers and slices only"):
+    with pytest.raises(TypeError, match=r"integers, slices of step 1, None and ... only"):
         x[[1, 2]]
     with pytest.raises(IndexError, match=r"index 3 is out of bounds for axis 0 with extent 3"):
         x[3]
@@ -206,8 +206,6 @@ def test_bad_array_inputs():
         td.to_numpy(td.from_array(np.ones(6), chunks=2)[1:3])
     with pytest.raises(ValueError, match=r"cut differently along one axis"):
         td.to_numpy(td.from_array(np.ones(6), chunks=2) + td.from_array(np.ones(6), chunks=3))
-    with pytest.raises(TypeError, match=r"does not support == and !="):
-        x == x
     with pytest.raises(TypeError, match=r"dtype <U1 is not supported; use bool, integer, floating or complex"):
         td.from_array(np.array(["x"]))
     with pytest.raises(TypeError, match=r"einsum\('ij'\) operand 0: cannot use this builtins.object"):

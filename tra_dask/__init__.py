@@ -24,7 +24,8 @@ from .logical import (
 from .logical import check_outputs
 from .logical import evaluate as _evaluate_relation
 from .logical import to_numpy as _relation_to_numpy
-from .frontend import Array, asarray, dot, einsum, from_array, from_region, matmul, outer, tensordot, vdot
+from .frontend import (Array, asarray, concatenate, cov, dot, einsum, expand_dims, from_array, from_region, matmul,
+                       outer, reshape, softmax, squeeze, stack, std, tensordot, var, vdot, where)
 from .frontend.run import evaluate_local as _evaluate_arrays
 from .optimizer import ClusterSpec, GpuSpec, Plan, compile, optimize
 from .physical import All, KeySites, Part, simulate
@@ -76,6 +77,7 @@ def __getattr__(name):
 
 __all__ = [
     "Array", "einsum", "matmul", "tensordot", "dot", "vdot", "outer", "from_array", "from_region", "asarray",
+    "where", "concatenate", "stack", "reshape", "expand_dims", "squeeze", "var", "std", "softmax", "cov",
     "Relation", "Kernel", "kernel", "ArrayType", "RelationType",
     "from_numpy", "from_chunks", "from_function",
     "aggregate", "join", "rekey", "filter", "transform", "tile", "concat",

@@ -2,5 +2,7 @@
 cupy arrays and TRA relations, with the chunking chosen by the optimizer."""
 
 from .array import Array, asarray, dot, einsum, from_array, from_region, matmul, outer, tensordot, vdot
+from .functions import concatenate, cov, expand_dims, reshape, softmax, squeeze, stack, std, var, where
 
-__all__ = ["Array", "asarray", "dot", "einsum", "from_array", "from_region", "matmul", "outer", "tensordot", "vdot"]
+__all__ = ["Array", "asarray", "dot", "einsum", "from_array", "from_region", "matmul", "outer", "tensordot", "vdot",
+           "where", "concatenate", "stack", "reshape", "expand_dims", "squeeze", "var", "std", "softmax", "cov"]

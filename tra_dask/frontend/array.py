@@ -23,21 +23,27 @@ import numbers
 
 import numpy as np
 
-from .chunk_ops import BINARY_OPS, ORDERED, full_region
+from .chunk_ops import BINARY_OPS, ORDERED, UNARY_UFUNCS, full_region, ufunc_kernel
 from .chunking import check_chunking
 from .einsum import check_optimize, interleaved, parse, symbol
-from .nodes import ArgReduce, Einsum, Elementwise, Leaf, Permute, Reduce, ScalarOp, Slice, Take, Unary
+from .nodes import (ArgReduce, Cumsum, Einsum, Elementwise, Expand, Leaf, Permute, Reduce, ScalarOp, Slice, Take,
+                    Unary)
 
 __all__ = ["Array", "from_array", "from_region", "asarray", "einsum", "matmul", "tensordot", "dot", "vdot",
            "outer"]
 
 _UNARY_UFUNCS = {np.exp: "exp", np.log: "log", np.negative: "neg", np.absolute: "abs", np.sqrt: "sqrt",
                  np.tanh: "tanh", np.conjugate: "conj"}
+_UNARY_UFUNCS.update({getattr(np, n): n for n in UNARY_UFUNCS})
 _BINARY_UFUNCS = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide: "div",
                   np.maximum: "max", np.minimum: "min", np.power: "pow", np.greater: "gt",
-                  np.greater_equal: "ge", np.less: "lt", np.less_equal: "le"}
+                  np.greater_equal: "ge", np.less: "lt", np.less_equal: "le", np.equal: "eq", np.not_equal: "ne"}
+_BINARY_UFUNCS.update({f: n for n, f in BINARY_OPS.items() if f not in _BINARY_UFUNCS})
 _NAME = {"add": "+", "sub": "-", "mul": "*", "div": "/", "max": "maximum", "min": "minimum", "pow": "**",
-         "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+         "gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "==", "ne": "!=", "floor_divide": "//",
+         "remainder": "%", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "left_shift": "<<",
+         "right_shift": ">>"}
+DEVICE = "tra_dask"  # the one device of the Array API namespace: wherever the plan puts the chunks
 
 
 def _is_scalar(v) -> bool:
@@ -242,15 +248,32 @@ class Array:
     def __hash__(self):
         return id(self)
 
-    def __bool__(self):
-        raise TypeError("the truth value of a lazy td.Array is unknown; compute it first")
+    def _scalar(self, kind: str):
+        """The one element of a size-1 array as a Python ``kind`` (``bool(x)``,
+        ``float(x)``, ``int(x)``, ``complex(x)``, ``operator.index(x)``): it is computed
+        then (on the current Dask client if there is one, else here), as numpy's
+        conversions read the element; an array of more elements is refused, as
+        numpy refuses it, before anything runs."""
+        if self.size != 1:
+            raise TypeError(f"td.Array: {kind}() of an array of shape {self.shape} ({self.size} elements); only a "
+                            f"one-element array converts to a Python scalar (reduce it first: x.any(), x.all(), "
+                            f"x.sum(), ...)")
+        if kind == "index" and self.dtype.kind not in "iu":
+            raise TypeError(f"td.Array: only integer arrays are an index, this one is {self.dtype}")
+        return np.asarray(self).reshape(())[()]
 
-    def _no_eq(self, other):
-        raise TypeError("td.Array does not support == and != (exact float equality); use <, <=, >, >= or "
-                        "compute first")
+    def __bool__(self): return bool(self._scalar("bool"))
+    def __float__(self): return float(self._scalar("float"))
+    def __int__(self): return int(self._scalar("int"))
+    def __complex__(self): return complex(self._scalar("complex"))
+    def __index__(self): return int(self._scalar("index"))
 
-    __eq__ = __ne__ = _no_eq
+    def __setitem__(self, key, value):
+        raise TypeError("td.Array is immutable (a lazy expression): build the new array instead, e.g. "
+                        "td.where(mask, value, x)")
 
+    def __eq__(self, o): return self._binary(o, "eq")  # noqa: E704  (elementwise, as numpy's)
+    def __ne__(self, o): return self._binary(o, "ne")  # noqa: E704
     def __gt__(self, o): return self._binary(o, "gt")
     def __ge__(self, o): return self._binary(o, "ge")
     def __lt__(self, o): return self._binary(o, "lt")
@@ -258,11 +281,14 @@ class Array:
 
     # -- elementwise ----------------------------------------------------------
     def _binary(self, other, op, reflected=False):
-        where = f"td.Array {_NAME[op]}"
+        where = f"td.Array {_NAME.get(op, 'numpy.' + op)}"
         if _is_scalar(other):
             if op in ORDERED:
                 _refuse_complex(where, self.dtype, np.asarray(other).dtype)
-            node = _scalar_node(self._node, op, other, reflected)
+            try:
+                node = _scalar_node(self._node, op, other, reflected)
+            except TypeError as e:  # numpy's own refusal (bitwise ops of floats, ...)
+                raise TypeError(f"{where}: not defined for {self.dtype} and {type(other).__name__} ({e})") from None
             return _filled(node.shape, node.dtype) if self.size == 0 else Array(node)
         other = _operand(other, where)
         a, b = (other, self) if reflected else (self, other)
@@ -273,7 +299,11 @@ class Array:
                              f"(numpy rules: aligned from the right, equal or 1)") from None
         if op in ORDERED:
             _refuse_complex(where, a.dtype, b.dtype)
-        dtype = BINARY_OPS[op](np.ones(1, a.dtype), np.ones(1, b.dtype)).dtype
+        try:
+            with np.errstate(all="ignore"):
+                dtype = BINARY_OPS[op](np.ones(1, a.dtype), np.ones(1, b.dtype)).dtype
+        except TypeError as e:  # numpy's own refusal (bitwise ops of floats, ...)
+            raise TypeError(f"{where}: not defined for {a.dtype} and {b.dtype} ({e})") from None
         if a.size == 0 or b.size == 0:
             return _filled(shape, dtype)
         return Array(Elementwise(shape, dtype, inputs=(a._node, b._node), op=op))
@@ -290,17 +320,55 @@ class Array:
     def __pow__(self, o): return self._binary(o, "pow")
     def __rpow__(self, o): return self._binary(o, "pow", True)
 
+    def __floordiv__(self, o): return self._binary(o, "floor_divide")
+    def __rfloordiv__(self, o): return self._binary(o, "floor_divide", True)
+    def __mod__(self, o): return self._binary(o, "remainder")
+    def __rmod__(self, o): return self._binary(o, "remainder", True)
+    def __and__(self, o): return self._binary(o, "bitwise_and")
+    def __rand__(self, o): return self._binary(o, "bitwise_and", True)
+    def __or__(self, o): return self._binary(o, "bitwise_or")
+    def __ror__(self, o): return self._binary(o, "bitwise_or", True)
+    def __xor__(self, o): return self._binary(o, "bitwise_xor")
+    def __rxor__(self, o): return self._binary(o, "bitwise_xor", True)
+    def __lshift__(self, o): return self._binary(o, "left_shift")
+    def __rlshift__(self, o): return self._binary(o, "left_shift", True)
+    def __rshift__(self, o): return self._binary(o, "right_shift")
+    def __rrshift__(self, o): return self._binary(o, "right_shift", True)
+
     def __neg__(self): return self._unary("neg")
     def __abs__(self): return self._unary("abs")
     def __pos__(self): return self
+    def __invert__(self): return self._unary("invert")
 
     def _unary(self, name):
+        """A unary elementwise op: a registered kernel or one of numpy's unary ufuncs
+        (:data:`~.chunk_ops.UNARY_UFUNCS`), with numpy's dtype (its refusals as TypeErrors)."""
         if name == "relu":
             _refuse_complex("td.Array relu (numpy.maximum(x, 0))", self.dtype)
-        t = get_kernel(name).out_type(ArrayType((1,) * max(self.ndim, 1), self.dtype))
+        kernel = ufunc_kernel(name) if name in UNARY_UFUNCS else get_kernel(name)
+        try:
+            t = kernel.out_type(ArrayType((1,) * max(self.ndim, 1), self.dtype))
+        except KernelTypeError as e:
+            raise TypeError(f"td.Array: numpy.{name} is not defined for {self.dtype} ({e})") from None
         if self.size == 0:
             return _filled(self.shape, t.dtype)
         return Array(Unary(self.shape, t.dtype, inputs=(self._node,), kernel=name))
+
+    def astype(self, dtype, copy=True):
+        """``ndarray.astype``: a cast (numpy's unsafe casting) to a bool, integer,
+        floating or complex ``dtype``; the array itself when it has that dtype."""
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError as e:
+            raise TypeError(f"td.Array.astype: {dtype!r} is not a dtype ({e})") from None
+        if dtype.kind not in "biufc":
+            raise TypeError(f"td.Array.astype: dtype {dtype} is not supported; use bool, integer, floating or "
+                            f"complex")
+        if dtype == self.dtype:
+            return self
+        if self.size == 0:
+            return _filled(self.shape, dtype)
+        return Array(Unary(self.shape, dtype, inputs=(self._node,), kernel="astype"))
 
     def conj(self):
         """``numpy.conj``: the complex conjugate (the array itself for real dtypes)."""
@@ -347,7 +415,7 @@ class Array:
     def _reduce(self, op, axis, keepdims):
         where = f"td.Array.{op}"
         axes = self._axes(axis, where)
-        if op != "sum":
+        if op in ("max", "min"):
             _refuse_complex(where, self.dtype)
         shape = tuple(1 if a in axes else n for a, n in enumerate(self.shape) if keepdims or a not in axes)
         dtype = getattr(np, op)(np.ones((1,) * max(self.ndim, 1), self.dtype)).dtype
@@ -378,6 +446,50 @@ class Array:
 
     def min(self, axis=None, keepdims=False):
         return self._reduce("min", axis, keepdims)
+
+    def prod(self, axis=None, keepdims=False):
+        """``numpy.prod``: per chunk, then the partial products multiplied (an aggregation by ``mul``)."""
+        return self._reduce("prod", axis, keepdims)
+
+    def any(self, axis=None, keepdims=False):
+        """``numpy.any``: per chunk, then or-ed (an aggregation by ``max`` of booleans)."""
+        return self._reduce("any", axis, keepdims)
+
+    def all(self, axis=None, keepdims=False):
+        """``numpy.all``: per chunk, then and-ed (an aggregation by ``min`` of booleans)."""
+        return self._reduce("all", axis, keepdims)
+
+    def var(self, axis=None, ddof=0, keepdims=False):
+        """``numpy.var``: the mean of ``abs(x - x.mean(axis, keepdims=True))**2`` times
+        ``n / (n - ddof)``, two passes as numpy's (integers in float64)."""
+        from .functions import var
+
+        return var(self, axis=axis, ddof=ddof, keepdims=keepdims, label="td.Array.var")
+
+    def std(self, axis=None, ddof=0, keepdims=False):
+        """``numpy.std``: the square root of :meth:`var`."""
+        from .functions import var
+
+        return np.sqrt(var(self, axis=axis, ddof=ddof, keepdims=keepdims, label="td.Array.std"))
+
+    def cumsum(self, axis=None, dtype=None):
+        """``numpy.cumsum``: running sums along ``axis`` (None: of the flattened array,
+        numpy's order), in numpy's dtype (small integers and bools as the platform
+        integer) or ``dtype``.  Within each chunk, plus the totals of the chunks before
+        it along ``axis`` (a join of the chunk totals on the other key dims, filtered
+        to the blocks before, aggregated)."""
+        x = self.reshape(-1) if axis is None else self
+        if axis is None:
+            axis = 0
+        if x.ndim == 0:
+            x = x.reshape(1)
+        (a,) = x._axes(axis, "td.Array.cumsum")
+        out = np.cumsum(np.ones(1, x.dtype), dtype=dtype).dtype
+        if out.kind not in "biufc":
+            raise TypeError(f"td.Array.cumsum: dtype {out} is not supported")
+        if x.size == 0:
+            return _filled(x.shape, out)
+        return Array(Cumsum(x.shape, out, inputs=(x._node,), axis=a))
 
     def mean(self, axis=None, keepdims=False):
         axes = self._axes(axis, "td.Array.mean")
@@ -433,16 +545,71 @@ class Array:
 
     T = property(lambda self: self.transpose())
 
+    @property
+    def mT(self):
+        """The last two axes swapped (the Array API's ``matrix_transpose``)."""
+        if self.ndim < 2:
+            raise ValueError(f"td.Array.mT: needs at least 2 dims, got shape {self.shape}")
+        return self.transpose(tuple(range(self.ndim - 2)) + (self.ndim - 1, self.ndim - 2))
+
+    def reshape(self, *shape, order="C"):
+        """``numpy.reshape`` in C order (one ``-1`` allowed): axes kept as they are
+        stay cut as they are (a rekey); axes merged or split are kept in one block each
+        (each chunk reshaped on its own), which the chunking then respects."""
+        from .functions import reshape
+
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = shape[0]
+        return reshape(self, shape, order=order)
+
+    def ravel(self):
+        """``numpy.ravel``: ``reshape(-1)`` (the whole array one block along the result)."""
+        return self.reshape(-1)
+
+    flatten = ravel
+
+    def squeeze(self, axis=None):
+        """``numpy.squeeze``: the axes of extent 1 (``axis``: those, each of extent 1) dropped."""
+        from .functions import squeeze
+
+        return squeeze(self, axis)
+
+    def _expand(self, positions):
+        positions = tuple(sorted(positions))
+        shape = list(self.shape)
+        for p in positions:
+            shape.insert(p, 1)
+        if self.size == 0:
+            return _filled(shape, self.dtype)
+        if not positions:
+            return self
+        return Array(Expand(tuple(shape), self.dtype, inputs=(self._node,), positions=positions))
+
     def __getitem__(self, index):
-        """Integers and slices of step 1 (a slice's cuts fall on chunk boundaries:
-        the chunking is chosen so, or an error names the chunks that prevent it)."""
+        """Integers, slices of step 1, ``None`` (``numpy.newaxis``: a new axis of extent
+        1) and ``...`` (a slice's cuts fall on chunk boundaries: the chunking is chosen
+        so, or an error names the chunks that prevent it)."""
         if not isinstance(index, tuple):
             index = (index,)
+        if sum(i is Ellipsis for i in index) > 1:
+            raise IndexError("td.Array: an index can only have a single ellipsis ('...')")
+        real = sum(i is not None and i is not Ellipsis for i in index)
         if any(i is Ellipsis for i in index):
             k = index.index(Ellipsis)
-            index = index[:k] + (slice(None),) * (self.ndim - len(index) + 1) + index[k + 1:]
+            index = index[:k] + (slice(None),) * max(0, self.ndim - real) + index[k + 1:]
+        new, o = [], 0  # the output positions of the new axes
+        for i in index:
+            if i is None:
+                new.append(o)
+            if i is None or isinstance(i, slice):
+                o += 1
+        index = tuple(i for i in index if i is not None)
         if len(index) > self.ndim:
-            raise IndexError(f"td.Array: {len(index)} indices for an array of rank {self.ndim}")
+            raise IndexError(f"td.Array: {len(index)} indices (not counting None) for an array of rank {self.ndim}")
+        out = self._index(index)
+        return out._expand(new) if new else out
+
+    def _index(self, index):
         bounds, takes = [], []
         for a, n in enumerate(self.shape):
             s = index[a] if a < len(index) else slice(None)
@@ -452,7 +619,8 @@ class Array:
                 takes.append((a, int(s) % n))
                 s = slice(None)
             if not isinstance(s, slice):
-                raise TypeError(f"td.Array indexing supports integers and slices only; got {s!r} for axis {a}")
+                raise TypeError(f"td.Array indexing supports integers, slices of step 1, None and ... only; got "
+                                f"{s!r} for axis {a} (no fancy or boolean indexing: use td.where for a mask)")
             start, stop, step = s.indices(n)
             if step != 1:
                 raise ValueError(f"td.Array indexing: step {step} on axis {a}; only step 1 is supported")
@@ -480,6 +648,8 @@ class Array:
             raise TypeError(f"td.Array: numpy.{ufunc.__name__} keyword arguments {sorted(kwargs)} are not supported")
         if ufunc in _UNARY_UFUNCS:
             return _operand(inputs[0], f"numpy.{ufunc.__name__}")._unary(_UNARY_UFUNCS[ufunc])
+        if ufunc in _BINARY_UFUNCS and len(inputs) != 2:  # (numpy would have refused: a guard)
+            raise TypeError(f"numpy.{ufunc.__name__} takes 2 operands, got {len(inputs)}")
         if ufunc is np.matmul:
             return matmul(*inputs)
         if ufunc in _BINARY_UFUNCS:
@@ -489,6 +659,8 @@ class Array:
                 return a._unary("relu")
             if isinstance(a, Array):
                 return a._binary(b, op)
+            if not isinstance(b, Array):  # a td.Array in out=, or a subclass: numpy's other operand types
+                raise TypeError(f"td.Array: numpy.{ufunc.__name__} of {type(a).__name__} and {type(b).__name__}")
             return b._binary(a, op, reflected=True)
         supported = sorted(f.__name__ for f in [*_UNARY_UFUNCS, *_BINARY_UFUNCS, np.matmul])
         raise TypeError(f"td.Array does not support numpy.{ufunc.__name__}; supported ufuncs: {', '.join(supported)}")
@@ -499,6 +671,26 @@ class Array:
             raise TypeError(f"td.Array does not support numpy.{func.__name__}; supported: "
                             f"{', '.join(sorted('numpy.' + f.__name__ for f in _FUNCTIONS))}")
         return impl(*args, **kwargs)
+
+    # -- the Array API -----------------------------------------------------------------
+    def __array_namespace__(self, api_version=None):
+        """:mod:`tra_dask.array_api`, the Array API functions the library expresses."""
+        from . import array_api
+
+        if api_version is not None and api_version not in array_api.SUPPORTED_VERSIONS:
+            raise ValueError(f"td.Array: Array API version {api_version!r} is not supported; supported: "
+                             f"{', '.join(array_api.SUPPORTED_VERSIONS)}")
+        return array_api
+
+    @property
+    def device(self):
+        """One device: wherever the plan puts the chunks (``"tra_dask"``)."""
+        return DEVICE
+
+    def to_device(self, device, /, stream=None):
+        if device != DEVICE:
+            raise ValueError(f"td.Array.to_device: the only device is {DEVICE!r}, got {device!r}")
+        return self
 
     # -- results --------------------------------------------------------------------
     @property
@@ -785,6 +977,11 @@ _FUNCTIONS = {
     np.outer: _np_outer,
     np.real: lambda val: _operand(val, "numpy.real").real,
     np.imag: lambda val: _operand(val, "numpy.imag").imag,
+    np.prod: _np_reduce("prod"),
+    np.cumsum: lambda a, axis=None, dtype=None, out=None: (_no_extras("cumsum", out=out),
+                                                           _operand(a, "numpy.cumsum").cumsum(axis, dtype))[1],
+    np.any: _np_reduce("any"),
+    np.all: _np_reduce("all"),
 }
 if hasattr(np, "amax"):
     _FUNCTIONS.setdefault(np.amax, _FUNCTIONS[np.max])
@@ -793,4 +990,5 @@ if hasattr(np, "amax"):
 from . import run as _run  # noqa: E402  (run imports this module's Array)
 from ..logical.nodes import Relation
 from ..types import ArrayType, check_extents, normalize_chunks
-from ..kernels import get_kernel
+from ..kernels import KernelTypeError, get_kernel
+from . import functions as _functions  # noqa: E402,F401  (adds numpy.where, numpy.concatenate, ... to _FUNCTIONS)

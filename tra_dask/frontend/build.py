@@ -18,7 +18,8 @@ import numpy as np
 from .. import logical as L
 from ..keys import Const, Dim, key_map, project
 from . import chunk_ops as ops
-from .nodes import ArgReduce, Einsum, Elementwise, Leaf, Permute, Reduce, ScalarOp, Slice, Take, Unary
+from .nodes import (ArgReduce, Concatenate, Cumsum, Einsum, Elementwise, Expand, Leaf, Permute, Reduce, Reshape, ScalarOp,
+                    Slice, Take, Unary, Where)
 from .einsum import contraction_paths
 from ..kernels import scale
 
@@ -27,7 +28,7 @@ __all__ = ["Builder"]
 _REGISTERED = {"add", "sub", "mul", "div", "max", "min"}
 # contraction patterns (letters renamed in order of first appearance) the paper's kernels run
 _MATMUL = {("ij", "jk", "ik"): "matmul", ("ij", "ik", "jk"): "matmul_tn", ("ij", "kj", "ik"): "matmul_nt"}
-_FOLD = {"sum": "add", "max": "max", "min": "min"}
+_FOLD = {"sum": "add", "max": "max", "min": "min", "prod": "mul", "any": "max", "all": "min"}  # (bools: or, and)
 
 
 def _canon(xs: str, ys: str, out: str):
@@ -262,7 +263,33 @@ class Builder:
         return L.transform(x, ops.scalar_kernel(node.op, node.value, node.reflected))
 
     def _unary(self, node: Unary):
-        return L.transform(self(node.inputs[0]), node.kernel)
+        if node.kernel == "astype":
+            kernel = ops.astype_kernel(np.dtype(node.dtype).str)
+        elif node.kernel in ops.UNARY_UFUNCS:
+            kernel = ops.ufunc_kernel(node.kernel)
+        else:
+            kernel = node.kernel  # a registered kernel, with its laws
+        return L.transform(self(node.inputs[0]), kernel)
+
+    def _where(self, node: Where):
+        """A three-way join as two: ``[x, cond]`` (joined on the axes both carry), then
+        that with ``y``; the key dims placed as :meth:`_elementwise` places them."""
+        c, x, y = (self(i) for i in node.inputs)
+        kc, kx, ky = (node.kept(i) for i in range(3))
+        c, x, y = (self._squeeze(r, node.inputs[i], k) for i, (r, k) in enumerate(zip((c, x, y), (kc, kx, ky))))
+        pc, px, py = ([o for _, o in k] for k in (kc, kx, ky))
+        dt = np.dtype(node.dtype).str
+        shared = [o for o in pc if o in px]
+        pu = pc + [o for o in px if o not in shared]  # the pair's key dims, as output axes
+        pair = L.join(c, x, tuple(pc.index(o) for o in shared), tuple(px.index(o) for o in shared),
+                      ops.where_pack_kernel(tuple(pc), tuple(px), node.ndim, dt))
+        shared = [o for o in pu if o in py]
+        rest_y = [o for o in py if o not in shared]
+        j = L.join(pair, y, tuple(pu.index(o) for o in shared), tuple(py.index(o) for o in shared),
+                   ops.where_pick_kernel(tuple(py), node.ndim, dt))
+        exprs = [Dim(pu.index(o)) if o in pu else Dim(len(pu) + rest_y.index(o)) if o in py else Const(0)
+                 for o in range(node.ndim)]
+        return _rekey(j, exprs)
 
     # -- reductions ---------------------------------------------------------
     def _reduce(self, node: Reduce):
@@ -296,9 +323,13 @@ class Builder:
     def _slice(self, node: Slice):
         x = node.inputs[0]
         rel = self(x)
-        pred, exprs = None, []
+        pred, exprs, inside = None, [], []
         for a, (start, stop) in enumerate(node.bounds):
             blk = self.block(x, a)
+            if blk >= x.shape[a] and (start, stop) != (0, x.shape[a]):  # one block: slice the chunk itself
+                inside.append((a, start, stop))
+                exprs.append(Dim(a))
+                continue
             lo, hi = start // blk, -(-stop // blk)
             if (lo, hi) == (0, -(-x.shape[a] // blk)):
                 exprs.append(Dim(a))
@@ -308,7 +339,63 @@ class Builder:
             exprs.append(Dim(a) - lo if lo else Dim(a))
         if pred is not None:
             rel = L.filter(rel, pred)
+        if inside:
+            rel = L.transform(rel, ops.slice_kernel(tuple(inside)))
         return _rekey(rel, exprs)
+
+    def _expand(self, node: Expand):
+        x = node.inputs[0]
+        rel = L.transform(self(x), ops.expand_kernel(node.positions, node.ndim))
+        it = iter(range(x.ndim))
+        return _rekey(rel, [Const(0) if o in node.positions else Dim(next(it)) for o in range(node.ndim)])
+
+    def _reshape(self, node: Reshape):
+        """A rekey (the kept axes' key dims; a merged or split group's, one block, is 0)
+        and a re-tile of each chunk (:func:`~.chunk_ops.reshape_kernel`)."""
+        x = node.inputs[0]
+        spec, exprs = [None] * node.ndim, [None] * node.ndim
+        for g in node.groups:
+            ins, outs = g
+            for o in outs:
+                if node.kept(g):
+                    spec[o], exprs[o] = ("axis", ins[0]), Dim(ins[0])
+                else:
+                    spec[o], exprs[o] = ("n", node.shape[o]), Const(0)
+        rel = L.transform(self(x), ops.reshape_kernel(tuple(spec)))
+        return _rekey(rel, exprs)
+
+    def _concatenate(self, node: Concatenate):
+        """Joined on every key dim (the concatenation axis is one block, key 0 in every
+        input), the chunks put side by side; more than two inputs left to right."""
+        rels = [self(i) for i in node.inputs]
+        dims = tuple(range(node.ndim))
+        out = rels[0]
+        for r in rels[1:]:
+            out = L.join(out, r, dims, dims, ops.concat_kernel(node.axis))
+        if out.type.dtype != node.dtype:  # (one input, or promotion by the kernel is numpy's: a guard)
+            out = L.transform(out, ops.astype_kernel(np.dtype(node.dtype).str))
+        return out
+
+    def _cumsum(self, node: Cumsum):
+        """Running sums per chunk; the chunk totals (``T``, key ``k``) joined with
+        themselves on every key dim but ``axis`` (key ``k`` + ``j``, the other block's
+        index), filtered to ``j <= k[axis]`` and summed: the totals up to and including
+        each block; joined back, each chunk gets the blocks before it added."""
+        x, a = node.inputs[0], node.axis
+        dt = np.dtype(node.dtype).str
+        rel = self(x)
+        running = L.transform(rel, ops.cumsum_kernel(a, dt))
+        if -(-x.shape[a] // self.block(x, a)) == 1:  # one block: nothing before it
+            return running
+        totals = L.transform(L.transform(rel, ops.reduce_kernel("sum", (a,))), ops.expand_kernel((a,), x.ndim))
+        if np.dtype(totals.type.dtype) != np.dtype(dt):
+            totals = L.transform(totals, ops.astype_kernel(dt))
+        other = tuple(d for d in range(x.ndim) if d != a)
+        pairs = L.join(totals, totals, other, other, ops.SECOND)  # key: T's key, then the other block's index
+        upto = L.filter(pairs, Dim(x.ndim) <= Dim(a))
+        prefix = L.aggregate(upto, tuple(range(x.ndim)), "add")
+        dims = tuple(range(x.ndim))
+        return L.join(running, prefix, dims, dims, ops.add_prefix_kernel(a))
 
     def _take(self, node: Take):
         x = node.inputs[0]

@@ -20,15 +20,27 @@ from ..kernels import Kernel, KernelTypeError, multiply as _mul, array_module, g
 __all__ = [
     "einsum_kernel", "squeeze_kernel", "expand_kernel", "permute_kernel", "broadcast_kernel",
     "scalar_kernel", "take_kernel", "reduce_kernel", "argpair_kernel", "pairfold_kernel", "take_index_kernel",
-    "BINARY_OPS", "ORDERED", "block_arange", "full_region",
+    "BINARY_OPS", "ORDERED", "UNARY_UFUNCS", "ufunc_kernel", "astype_kernel", "reshape_kernel", "concat_kernel", "slice_kernel",
+    "where_pack_kernel", "where_pick_kernel", "cumsum_kernel", "add_prefix_kernel", "SECOND", "block_arange", "full_region",
 ]
 
 BINARY_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
               "max": np.maximum, "min": np.minimum, "pow": np.power, "gt": np.greater,
-              "ge": np.greater_equal, "lt": np.less, "le": np.less_equal}
+              "ge": np.greater_equal, "lt": np.less, "le": np.less_equal, "eq": np.equal, "ne": np.not_equal}
+# numpy's other binary ufuncs, under their own names (a chunk kernel calls the same ufunc of cupy)
+BINARY_OPS.update({n: getattr(np, n) for n in (
+    "floor_divide", "remainder", "fmod", "arctan2", "hypot", "copysign", "logaddexp", "logaddexp2", "nextafter",
+    "fmax", "fmin", "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "logical_and",
+    "logical_or", "logical_xor")})
 
+ORDERED = frozenset({"max", "min", "gt", "ge", "lt", "le", "fmax", "fmin"})  # compare (no complex numbers)
 
-ORDERED = frozenset({"max", "min", "gt", "ge", "lt", "le"})  # the ops that compare (no complex numbers)
+# numpy's unary elementwise ufuncs that have no registered kernel of their own (those
+# are exp, log, sqrt, tanh, abs, neg, conj: they carry algebraic laws these do not)
+UNARY_UFUNCS = {n: getattr(np, n) for n in (
+    "sin", "cos", "tan", "arcsin", "arccos", "arctan", "sinh", "cosh", "arcsinh", "arccosh", "arctanh",
+    "expm1", "exp2", "log1p", "log2", "log10", "square", "cbrt", "reciprocal", "sign", "floor", "ceil", "trunc",
+    "rint", "positive", "isnan", "isinf", "isfinite", "signbit", "logical_not", "invert", "deg2rad", "rad2deg")}
 
 
 def _ufunc(xp, op: str):
@@ -226,6 +238,29 @@ def take_kernel(axis: int, i: int) -> Kernel:
     return Kernel("take", _take, 1, shape, flops=lambda s: 0, params=(axis, i))
 
 
+def _slice(x, bounds):
+    index = [slice(None)] * x.ndim
+    for a, start, stop in bounds:
+        index[a] = slice(start, stop)
+    return _contiguous(array_module(x), x[tuple(index)])
+
+
+def slice_kernel(bounds: tuple) -> Kernel:
+    """``chunk[start:stop]`` along each ``(axis, start, stop)`` of ``bounds`` (a slice
+    of an axis that is one block: its cuts fall inside the chunk)."""
+    bounds = tuple((int(a), int(b), int(c)) for a, b, c in bounds)
+
+    def shape(s):
+        out = list(s)
+        for a, start, stop in bounds:
+            if a >= len(s) or not 0 <= start < stop <= s[a]:
+                raise KernelTypeError(f"slice{bounds}: chunk {s}")
+            out[a] = stop - start
+        return tuple(out)
+
+    return Kernel("slice", _slice, 1, shape, flops=lambda s: 0, params=(bounds,))
+
+
 # ---------------------------------------------------------------------------
 # elementwise
 
@@ -287,10 +322,172 @@ def scalar_kernel(op: str, c, reflected: bool = False) -> Kernel:
                   flops=lambda s: math.prod(s), params=(op, c, bool(reflected)), elementwise=True)
 
 
+def _ufunc1(x, name):
+    return getattr(array_module(x), name)(x)
+
+
+@lru_cache(maxsize=None)
+def ufunc_kernel(name: str) -> Kernel:
+    """numpy's unary ufunc ``name`` (:data:`UNARY_UFUNCS`) on a chunk: elementwise, the
+    dtype numpy's, and no algebraic law declared (``sin(max(a, b)) != max(sin(a), sin(b))``)."""
+    f = UNARY_UFUNCS[name]
+
+    def dtype(d):
+        try:
+            with np.errstate(all="ignore"):
+                return f(np.ones(1, d)).dtype
+        except TypeError as e:
+            raise KernelTypeError(f"numpy.{name} of {np.dtype(d)}: {e}") from None
+
+    return Kernel("ufunc", _ufunc1, 1, lambda s: s, dtype=dtype, flops=lambda s: math.prod(s), params=(name,),
+                  elementwise=True)
+
+
+def _astype(x, dtype):
+    return x.astype(dtype)
+
+
+@lru_cache(maxsize=None)
+def astype_kernel(dtype: str) -> Kernel:
+    """``chunk.astype(dtype)`` (numpy's unsafe cast, as ``ndarray.astype``)."""
+    return Kernel("astype", _astype, 1, lambda s: s, dtype=lambda d: np.dtype(dtype), flops=lambda s: 0,
+                  params=(dtype,), elementwise=True)
+
+
+# ---------------------------------------------------------------------------
+# reshape, concatenate, where
+
+
+def _reshape(x, spec):
+    return _contiguous(array_module(x), x).reshape(tuple(x.shape[v] if kind == "axis" else v for kind, v in spec))
+
+
+def reshape_kernel(spec: tuple) -> Kernel:
+    """A chunk reshaped: output axis ``o`` has the extent ``spec[o]`` says, ``("axis",
+    a)`` (the chunk's axis ``a``: an axis the reshape keeps, cut as it is) or ``("n",
+    n)`` (a whole axis of a group the reshape merges or splits, which the chunking
+    keeps in one block, so that C order within the chunk is C order of the group)."""
+    spec = tuple((str(k), int(v)) for k, v in spec)
+
+    def shape(s):
+        out = tuple(s[v] if kind == "axis" else v for kind, v in spec)
+        if math.prod(out) != math.prod(s):
+            raise KernelTypeError(f"reshape{spec}: chunk {s} has {math.prod(s)} elements, not {math.prod(out)}")
+        return out
+
+    return Kernel("reshape", _reshape, 1, shape, flops=lambda s: 0, params=(spec,))
+
+
+def _concat(a, b, axis):
+    xp = array_module(a, b)
+    return xp.concatenate([a, b], axis=axis)
+
+
+def concat_kernel(axis: int) -> Kernel:
+    """Two chunks side by side along ``axis`` (``numpy.concatenate``), in their promoted dtype."""
+
+    def shape(sa, sb):
+        if len(sa) != len(sb) or any(m != n for d, (m, n) in enumerate(zip(sa, sb)) if d != axis):
+            raise KernelTypeError(f"concatenate along {axis}: chunks {sa} and {sb}")
+        return tuple(m + n if d == axis else m for d, (m, n) in enumerate(zip(sa, sb)))
+
+    return Kernel("concatenate", _concat, 2, shape, flops=lambda sa, sb: 0, params=(axis,))
+
+
+def _where_pack(c, x, pc, px, rank, dtype):
+    xp = array_module(c, x)
+    cc, xx = _place(c, pc, rank), _place(x, px, rank)
+    shape = tuple(np.broadcast_shapes(cc.shape, xx.shape))
+    return xp.stack([xp.broadcast_to(xx, shape).astype(dtype), xp.broadcast_to(cc, shape).astype(dtype)])
+
+
+def where_pack_kernel(pc: tuple, px: tuple, rank: int, dtype: str) -> Kernel:
+    """The first join of ``where(c, x, y)``: ``[x, c]`` stacked on a new leading axis,
+    both placed at ``rank`` output axes (``pc``, ``px``; size 1 elsewhere) and cast to
+    the result's ``dtype`` (a condition cast to a number is exact: 0 or 1)."""
+
+    def placed(s, p):
+        out = [1] * rank
+        for i, n in zip(p, s):
+            out[i] = n
+        return tuple(out)
+
+    def shape(sc, sx):
+        try:
+            return (2,) + tuple(np.broadcast_shapes(placed(sc, pc), placed(sx, px)))
+        except ValueError:
+            raise KernelTypeError(f"where: chunks {sc} and {sx} do not broadcast") from None
+
+    return Kernel("where_pack", _where_pack, 2, shape, dtype=lambda a, b: np.dtype(dtype),
+                  flops=lambda sc, sx: 0, params=(tuple(pc), tuple(px), rank, dtype))
+
+
+def _where_pick(p, y, py, rank, dtype):
+    xp = array_module(p, y)
+    return _contiguous(xp, xp.where(p[1] != 0, p[0], _place(y, py, rank)).astype(dtype, copy=False))
+
+
+def where_pick_kernel(py: tuple, rank: int, dtype: str) -> Kernel:
+    """The second join of ``where(c, x, y)``: ``x`` where ``c`` else ``y`` (``y`` at
+    output axes ``py``), from the ``[x, c]`` stack of :func:`where_pack_kernel`."""
+
+    def shape(sp, sy):
+        out = [1] * rank
+        for i, n in zip(py, sy):
+            out[i] = n
+        try:
+            return tuple(np.broadcast_shapes(tuple(sp[1:]), tuple(out)))
+        except ValueError:
+            raise KernelTypeError(f"where: chunks {sp} and {sy} do not broadcast") from None
+
+    return Kernel("where", _where_pick, 2, shape, dtype=lambda a, b: np.dtype(dtype),
+                  flops=lambda sp, sy: math.prod(shape(sp, sy)), params=(tuple(py), rank, dtype))
+
+
+# ---------------------------------------------------------------------------
+# cumulative sums
+
+
+def _cumsum(x, axis, dtype):
+    xp = array_module(x)
+    return _contiguous(xp, xp.cumsum(x, axis=axis, dtype=dtype))
+
+
+def cumsum_kernel(axis: int, dtype: str) -> Kernel:
+    """``numpy.cumsum(chunk, axis, dtype)``: the running sum within a chunk."""
+    return Kernel("cumsum", _cumsum, 1, lambda s: s, dtype=lambda d: np.dtype(dtype),
+                  flops=lambda s: math.prod(s), params=(axis, dtype))
+
+
+def _second(a, b):
+    return b
+
+
+SECOND = Kernel("second", _second, 2, lambda sa, sb: sb, dtype=lambda da, db: np.dtype(db), flops=lambda sa, sb: 0)
+
+
+def _add_prefix(c, p, axis):
+    """A chunk's running sum ``c`` plus the sum of the chunks before it: ``p`` holds
+    the totals up to and including this chunk, so this chunk's own total (``c``'s
+    last slice along ``axis``) comes off."""
+    xp = array_module(c, p)
+    last = xp.take(c, [c.shape[axis] - 1], axis=axis)
+    return _contiguous(xp, c + (p - last))
+
+
+def add_prefix_kernel(axis: int) -> Kernel:
+    def shape(sc, sp):
+        if len(sc) != len(sp) or sp[axis] != 1 or any(m != n for d, (m, n) in enumerate(zip(sc, sp)) if d != axis):
+            raise KernelTypeError(f"add_prefix along {axis}: chunks {sc} and {sp}")
+        return sc
+
+    return Kernel("add_prefix", _add_prefix, 2, shape, flops=lambda sc, sp: 2 * math.prod(sc), params=(axis,))
+
+
 # ---------------------------------------------------------------------------
 # reductions
 
-_REDUCE = {"sum": "sum", "max": "max", "min": "min"}
+_REDUCE = {"sum": "sum", "max": "max", "min": "min", "prod": "prod", "any": "any", "all": "all"}
 
 
 def _reduce(x, op, axes):
@@ -309,7 +506,7 @@ one_pass(_reduce, _mul, _sum_of_mul)
 
 
 def reduce_kernel(op: str, axes: tuple) -> Kernel:
-    """``numpy.sum/max/min(chunk, axis=axes)``."""
+    """``numpy.sum/max/min/prod/any/all(chunk, axis=axes)``."""
     axes = tuple(sorted(axes))
 
     def shape(s):

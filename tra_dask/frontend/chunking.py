@@ -99,6 +99,10 @@ class AxisClasses:
                         self.cuts[ci].append(start)
                     if stop != x.shape[a]:
                         self.cuts[ci].append(stop)
+        self.whole: list = [None] * len(self.classes)  # why a class must be one block (a reshape, ...)
+        for n in self.nodes:
+            for i, a in n.whole():
+                self.whole[self.of[(n if i is None else n.inputs[i], a)]] = type(n).__name__.lower()
         for ci, rigid in enumerate(self.rigid):
             if len(rigid) > 1:
                 desc = "; ".join(f"{', '.join(v)} in blocks of {b}" for b, v in sorted(rigid.items()))
@@ -132,10 +136,21 @@ class AxisClasses:
         a ValueError when a slice cuts inside one of them."""
         n = self.extent[ci]
         pinned = list(self.rigid[ci]) or ([min(self.given[ci], max(1, n))] if self.given[ci] is not None else [])
+        if self.whole[ci]:  # one block: no choice (and no search) for this class
+            cut = [b for b in pinned if b < n]
+            if cut:
+                who = ", ".join(self.rigid[ci][cut[0]]) if self.rigid[ci] else "einsum(..., chunks=)"
+                raise ValueError(
+                    f"{self.whole[ci]} needs {self.describe(ci)} in one block (it merges, splits or concatenates "
+                    f"along it), but {who} cuts it in blocks of {cut[0]}; give it one chunk along that axis "
+                    f"(from_array(x, chunks=...), dask's rechunk) or let tra_dask choose the chunks")
+            pinned = [n]
         for b in pinned:
-            bad = [c for c in self.cuts[ci] if c % b]
+            bad = [c for c in self.cuts[ci] if c % b and b < n]  # (one block: the chunk itself is sliced)
             if bad:
-                who = ", ".join(self.rigid[ci][b]) if self.rigid[ci] else "einsum(..., chunks=)"
+                who = (", ".join(self.rigid[ci][b]) if self.rigid[ci] and b in self.rigid[ci] else
+                       f"a {self.whole[ci]}, which keeps it in one block," if self.whole[ci] else
+                       "einsum(..., chunks=)")
                 raise ValueError(
                     f"a slice cuts {self.describe(ci)} at {bad[0]}, inside a chunk: {who} cuts it in blocks of "
                     f"{b}, so slices may start and stop at multiples of {b} (or the end, {n}); let tra_dask "

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["ANode", "Leaf", "Einsum", "Elementwise", "ScalarOp", "Unary", "Reduce", "ArgReduce",
-           "Permute", "Slice", "Take"]
+           "Permute", "Slice", "Take", "Expand", "Reshape", "Concatenate", "Where", "Cumsum"]
 
 
 def _same_axes(ndim: int) -> list:
@@ -50,6 +50,18 @@ class ANode:
         """``[((input index, axis), (input index, axis))]``: input axes cut alike
         that no output axis carries (a contracted einsum index)."""
         return []
+
+    def whole(self):
+        """``[(input index or None for the output, axis)]``: axes the node needs in one
+        block (a reshape's merged or split axes, a concatenation's axis)."""
+        return []
+
+
+def _kept(node, x) -> list:
+    """``[(input axis, output axis)]`` of input ``x`` of a broadcasting node that are
+    not broadcast (numpy's rules: aligned from the right)."""
+    off = node.ndim - x.ndim
+    return [(a, a + off) for a in range(x.ndim) if x.shape[a] == node.shape[a + off]]
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,9 +130,7 @@ class Elementwise(ANode):
 
     def kept(self, i) -> list:
         """``[(input axis, output axis)]`` of input ``i`` that are not broadcast."""
-        x = self.inputs[i]
-        off = self.ndim - x.ndim
-        return [(a, a + off) for a in range(x.ndim) if x.shape[a] == self.shape[a + off]]
+        return _kept(self, self.inputs[i])
 
     def links(self):
         return [(i, a, o) for i in range(2) for a, o in self.kept(i)]
@@ -141,7 +151,9 @@ class ScalarOp(ANode):
 
 @dataclass(frozen=True, eq=False)
 class Unary(ANode):
-    """A registered unary elementwise kernel (``exp``, ``log``, ``relu``, ...)."""
+    """A unary elementwise kernel: a registered one (``exp``, ``log``, ``relu``, ...),
+    one of numpy's other unary ufuncs by name (``sin``, ``floor``, ``isnan``, ...:
+    :data:`~.chunk_ops.UNARY_UFUNCS`), or ``astype`` (a cast to the node's dtype)."""
 
     inputs: tuple = ()
     kernel: str = "identity"
@@ -152,7 +164,8 @@ class Unary(ANode):
 
 @dataclass(frozen=True, eq=False)
 class Reduce(ANode):
-    """``sum``/``max``/``min`` over ``axes`` (``keepdims``: they stay, extent 1)."""
+    """``sum``/``max``/``min``/``prod``/``any``/``all`` over ``axes`` (``keepdims``:
+    they stay, extent 1)."""
 
     inputs: tuple = ()
     op: str = "sum"
@@ -211,3 +224,84 @@ class Take(ANode):
 
     def links(self):
         return _without(self.inputs[0].ndim, (self.axis,))
+
+
+@dataclass(frozen=True, eq=False)
+class Expand(ANode):
+    """Axes of extent 1 inserted at output ``positions`` (``x[:, None]``,
+    ``expand_dims``): the other output axes are the input's, in order."""
+
+    inputs: tuple = ()
+    positions: tuple = ()
+
+    def links(self):
+        kept = [o for o in range(self.ndim) if o not in self.positions]
+        return [(0, a, o) for a, o in enumerate(kept)]
+
+
+@dataclass(frozen=True, eq=False)
+class Reshape(ANode):
+    """``reshape`` in C order, as ``groups``: ``((input axes), (output axes))`` whose
+    extents have one product, in order.  A group of one axis each side keeps its
+    axis (cut as it is: a rekey); the axes of a group that merges or splits are kept
+    in one block (then each chunk is reshaped on its own: a re-tile)."""
+
+    inputs: tuple = ()
+    groups: tuple = ()
+
+    def kept(self, group) -> bool:
+        (ins, outs) = group
+        return len(ins) == 1 and len(outs) == 1
+
+    def links(self):
+        return [(0, g[0][0], g[1][0]) for g in self.groups if self.kept(g)]
+
+    def whole(self):
+        out = []
+        for g in self.groups:
+            if not self.kept(g):
+                out += [(0, a) for a in g[0]] + [(None, o) for o in g[1]]
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class Concatenate(ANode):
+    """``numpy.concatenate(inputs, axis)``: the other axes cut alike, ``axis`` one
+    block in every input and in the output (TRA has no union: the inputs' chunks are
+    joined on their other key dims and put side by side)."""
+
+    inputs: tuple = ()
+    axis: int = 0
+
+    def links(self):
+        return [(i, a, a) for i in range(len(self.inputs)) for a in range(self.ndim) if a != self.axis]
+
+    def whole(self):
+        return [(i, self.axis) for i in range(len(self.inputs))] + [(None, self.axis)]
+
+
+@dataclass(frozen=True, eq=False)
+class Where(ANode):
+    """``numpy.where(cond, x, y)`` with numpy broadcasting: a three-way join, as two
+    joins (``[x, cond]`` stacked, then joined with ``y``)."""
+
+    inputs: tuple = ()
+
+    def kept(self, i) -> list:
+        return _kept(self, self.inputs[i])
+
+    def links(self):
+        return [(i, a, o) for i in range(3) for a, o in self.kept(i)]
+
+
+@dataclass(frozen=True, eq=False)
+class Cumsum(ANode):
+    """``numpy.cumsum`` along ``axis``: the running sum within each chunk plus the
+    totals of the chunks before it (a join of the chunk totals with themselves on
+    the other key dims, filtered to the blocks up to each one, aggregated)."""
+
+    inputs: tuple = ()
+    axis: int = 0
+
+    def links(self):
+        return [(0, a, a) for a in range(self.ndim)]

@@ -416,7 +416,56 @@ class ArrayFutures(RelationFutures):
     """The result of submitting a :class:`td.Array`: a :class:`RelationFutures` whose
     chunks form one array, so Dask's calls give that array — ``dask.compute(r)``,
     ``client.compute(r)``, ``r.compute()`` and ``numpy.asarray(r)`` return an ndarray
-    (``r.gather()`` still gives the chunks by key)."""
+    (``r.gather()`` still gives the chunks by key).
+
+    It is also an array operand that stays on the workers: ``r + 1``, ``r.T``,
+    ``r @ w``, ``r.sum(axis=0)``, ``r[:, None]``, ``numpy.tanh(r)``,
+    ``numpy.concatenate([r, r])`` build a lazy :class:`td.Array` over these futures
+    (:attr:`array`, as ``td.from_array(r)``): its chunks are read where they are.  A
+    numpy ufunc or function never gathers it silently (``numpy.asarray(r)`` and
+    ``r.compute()`` do, as asked).  As a Mapping it keeps its keys: ``r[(i, j)]`` with
+    a tuple of ints is the future of chunk ``(i, j)``, ``len(r)`` the number of chunks
+    and ``iter(r)`` the chunk keys; any other index (an int, slices, ``None``,
+    ``...``) indexes the array.
+    """
+
+    __array_priority__ = 60  # above td.Array's: numpy hands mixed operations to this class first
+
+    @property
+    def array(self):
+        """A lazy :class:`td.Array` over these futures (nothing moves; ``td.from_array(self)``)."""
+        from ..frontend.array import from_array  # (the front-end sits above the runtime: imported when used)
+
+        return from_array(self)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple) and all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in key):
+            try:
+                return self._futures[key]
+            except KeyError:
+                raise KeyError(f"{key}: not a chunk key of this result (its keys: {list(self._futures)[:4]}...); "
+                               f"a tuple of ints is a chunk's future here: for an element use "
+                               f"r.array[{', '.join(map(str, key))}]") from None
+        return self.array[key]
+
+    def __contains__(self, key):
+        try:
+            return key in self._futures
+        except TypeError:
+            return False
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return getattr(ufunc, method)(*_as_arrays(inputs), **_as_arrays(kwargs))
+
+    def __array_function__(self, func, types, args, kwargs):
+        return func(*_as_arrays(args), **_as_arrays(kwargs))
+
+    def __array_namespace__(self, api_version=None):
+        return self.array.__array_namespace__(api_version)
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
@@ -468,3 +517,39 @@ class ArrayFutures(RelationFutures):
 def _assembled(results, keys, extents, dtype):
     """``__dask_postcompute__`` of an array result: the assembled array."""
     return assemble(dict(zip(keys, results)), extents, dtype)
+
+
+def _as_arrays(x):
+    """``x`` with every :class:`ArrayFutures` in it (in lists, tuples and dicts) as its
+    lazy array (:attr:`ArrayFutures.array`)."""
+    if isinstance(x, ArrayFutures):
+        return x.array
+    if isinstance(x, (list, tuple)):
+        return type(x)(_as_arrays(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _as_arrays(v) for k, v in x.items()}
+    return x
+
+
+def _delegate(name: str):
+    def method(self, *args, **kwargs):
+        return getattr(self.array, name)(*_as_arrays(args), **_as_arrays(kwargs))
+
+    method.__name__ = name
+    method.__doc__ = f"``td.from_array(self).{name}(...)``: a lazy td.Array over these futures (no data moves)."
+    return method
+
+
+# the operators and array methods of td.Array, each building a lazy td.Array over the futures
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+              "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__", "__matmul__",
+              "__rmatmul__", "__and__", "__rand__", "__or__", "__ror__", "__xor__", "__rxor__", "__lshift__",
+              "__rlshift__", "__rshift__", "__rrshift__", "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__",
+              "__neg__", "__pos__", "__abs__", "__invert__", "transpose", "sum", "prod", "mean", "std", "var", "max",
+              "min", "any", "all", "argmin", "argmax", "reshape", "ravel", "flatten", "squeeze", "astype", "dot",
+              "conj", "conjugate"):
+    setattr(ArrayFutures, _name, _delegate(_name))
+for _name in ("T", "mT", "real", "imag"):
+    setattr(ArrayFutures, _name, property(lambda self, _n=_name: getattr(self.array, _n),
+                                          doc=f"``td.from_array(self).{_name}``: lazy, over these futures."))
+ArrayFutures.__hash__ = None  # (a Mapping, and == is elementwise: not hashable, as RelationFutures)

@@ -164,12 +164,14 @@ def submit(expr_or_plan, client: Client | None = None, sites=None, *, optimize: 
 
     Returns
     -------
-    RelationFutures, or a tuple/dict of them for several outputs.
+    RelationFutures, or a tuple/dict of them for several outputs (ArrayFutures for a
+    plan of array expressions, ``td.Array.plan()``'s).
     """
     kw = dict(optimize=optimize, memory_limit=memory_limit, cost_model=cost_model, objective=objective,
               calibrate=calibrate, name=name)
-    if isinstance(expr_or_plan, Plan):
-        return _submit_planned(None, client, sites, kw, plan=expr_or_plan)
+    if isinstance(expr_or_plan, Plan):  # a plan the array front-end made (it chose a chunking): arrays back
+        array = any(st.name == "chunking" for st in expr_or_plan.stages)
+        return _submit_planned(None, client, sites, kw, plan=expr_or_plan, array=array)
 
     def make(client, workers):
         return planned_on(expr_or_plan, client, workers, optimize=optimize, memory_limit=memory_limit,
