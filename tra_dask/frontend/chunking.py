@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -277,14 +278,16 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
     cands = [cl.candidates(ci, sites) for ci in range(len(cl.classes))]
     free = [ci for ci, c in enumerate(cands) if len(c) > 1]
     tried: dict = {}
+    refusals: list = []  # what the plans that did not fit said (bytes needed against the limit)
 
     def cost(blocks):
         key = tuple(blocks)
         if key not in tried:
             try:
                 tried[key] = evaluate(list(blocks))
-            except NoPlanFits:
+            except NoPlanFits as e:
                 tried[key] = (None, math.inf)
+                refusals.append(str(e))
         return tried[key][1]
 
     # start: every class at its first candidate (fixed chunks / one block) ...
@@ -346,12 +349,13 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
             try:
                 tried[k] = plan_it(list(k))
                 planned += 1
-            except NoPlanFits:
+            except NoPlanFits as e:
                 tried[k] = (None, math.inf)
+                refusals.append(str(e))
                 if footprint is not None:
                     unfit = min(unfit, footprint(k))
         if not tried or all(v[1] == math.inf for v in tried.values()):
-            raise NoPlanFits(tried_msg(cl, tried or {k: None for _, k in ranked}))
+            raise NoPlanFits(tried_msg(cl, tried or {k: None for _, k in ranked}, refusals))
         best = list(min(tried, key=lambda k: tried[k][1]))
         if final is not None:  # the winner planned again with the full search
             try:
@@ -376,7 +380,7 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
             tried[tuple(best)] = full[tuple(best)]
     plan, seconds = tried[tuple(best)] if tuple(best) in tried else evaluate(best)
     if seconds == math.inf:
-        raise NoPlanFits(tried_msg(cl, tried))
+        raise NoPlanFits(tried_msg(cl, tried, refusals))
     choice = Choice(cl, best, plan, seconds, [(list(k), None if v[1] == math.inf else v[1]) for k, v in tried.items()],
                     time.perf_counter() - t0)
     n_tried = max(1, len(tried))
@@ -390,7 +394,13 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
     return choice
 
 
-def tried_msg(cl: AxisClasses, tried: dict) -> str:
+def tried_msg(cl: AxisClasses, tried: dict, refusals=()) -> str:
+    """Why no chunking fits: how many were planned, and the least memory any of their
+    plans needed against the limit (``refusals``: the optimizer's NoPlanFits messages)."""
+    need = [(int(m.group(2).replace(",", "")), m.group(1)) for r in refusals
+            if (m := re.search(r"no plan fits in ([\d,]+) bytes per site.*?is ([\d,]+) bytes per site", r))]
+    least = (f"; the least any needs is {min(need)[0]:,} bytes per site against the limit of {min(need)[1]} "
+             f"bytes" if need else "")
     return (f"no chunking fits in memory: {len(tried)} chunking(s) of "
             f"{', '.join(cl.describe(ci) for ci in range(len(cl.classes)) if cl.extent[ci] > 1)} "
-            f"were planned and none has a plan within the memory limit; use more workers or a larger limit")
+            f"were planned and none has a plan within the memory limit{least}; use more workers or a larger limit")

@@ -1,0 +1,89 @@
+"""The chunk choice at scale: candidates ranked by the analytic estimate, only a few
+planned whatever the number of sites, and the choice as good as planning each of a
+grid of uniform chunkings (keys only: simulated clusters, no workers)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import tra_dask as td
+import tra_dask.frontend.run as run
+from tra_dask.frontend.chunking import PLANNED, UNFIT, AxisClasses
+from tra_dask.frontend.estimate import Estimator
+from tra_dask.optimizer.cluster import ClusterSpec
+from tra_dask.optimizer.optimize import NoPlanFits
+
+
+def nodata(region):
+    raise AssertionError("planning must not make data")
+
+
+def arr(*shape):
+    return td.from_region(nodata, shape, "float64")
+
+
+@pytest.fixture
+def plans(monkeypatch):
+    """Counts the optimizer runs of the chunk choice."""
+    calls = []
+    orig = run.optimize
+
+    def counted(*a, **k):
+        calls.append(k.get("sites", a[1] if len(a) > 1 else None))
+        return orig(*a, **k)
+
+    monkeypatch.setattr(run, "optimize", counted)
+    run._CHOICES.clear()
+    return calls
+
+
+@pytest.mark.parametrize("sites", [16, 256, 1024])
+def test_the_plans_made_do_not_grow_with_the_sites(plans, sites):
+    """However many sites, the chooser plans at most PLANNED chunkings and the winner
+    again in full (the estimate ranks hundreds)."""
+    rel, plan = run.build_local(arr(4096, 4096) @ arr(4096, 4096), sites=sites)
+    note = plan.stage("chunking").note
+    ranked = int(note.split("the best of ")[1].split(" ")[0])
+    assert ranked >= 100 and len(plans) <= PLANNED + 1, (len(plans), note)
+    assert plan.cost.seconds < math.inf and plan.cost.peak_bytes_per_site.max() <= ClusterSpec(sites).memory_budget
+
+
+@pytest.mark.parametrize("shape,sites", [((4096, 4096, 4096), 16), ((4096, 4096, 4096), 256),
+                                         ((20000, 512, 512), 8), ((1000, 64000, 1000), 16)])
+def test_the_choice_is_as_fast_as_the_best_uniform_chunking(shape, sites):
+    """The chosen plan's predicted seconds are within 10% of the best of the uniform
+    chunkings (b blocks per index, b a power of two up to 16), each planned in full."""
+    m, k, n = shape
+    _, chosen = run.build_local(arr(m, k) @ arr(k, n), sites=sites)
+    best = math.inf
+    for b in (1, 2, 4, 8, 16):
+        if b > min(shape):
+            break
+        a_, b_ = (td.from_region(nodata, s, "float64", chunks=tuple(-(-d // b) for d in s)) for s in ((m, k), (k, n)))
+        try:
+            best = min(best, run.build_local(a_ @ b_, sites=sites)[1].cost.seconds)
+        except NoPlanFits:
+            continue
+    assert chosen.cost.seconds <= 1.1 * best, (chosen.stage("chunking").note, chosen.cost.seconds, best)
+
+
+def test_the_estimate_prices_the_time_models_terms():
+    """More sites never make a multiply's estimate slower (a grid may leave sites
+    idle); a chunking whose block product cannot fit a site is infinite."""
+    x = arr(4096, 4096) @ arr(4096, 4096)
+    cl = AxisClasses([x._node])
+    blocks = [1024] * len(cl.classes)
+    est = [Estimator(cl, p, ClusterSpec(p))(blocks) for p in (4, 16, 64, 256)]
+    assert all(b <= a * 1.0001 for a, b in zip(est, est[1:])), est
+    small = ClusterSpec(4, memory_per_site=50e6)
+    assert Estimator(cl, 4, small)([4096] * len(cl.classes)) == math.inf  # 3 x 134 MB on one site
+    assert Estimator(cl, 4, small)([1024] * len(cl.classes)) < math.inf
+
+
+def test_no_chunking_fits_says_the_bytes_needed_and_gives_up_soon(plans):
+    with pytest.raises(NoPlanFits, match=r"the least any needs is [\d,]+ bytes per site against the limit of "
+                                          r"60,000,000 bytes"):
+        (arr(2000, 2000) @ arr(2000, 2000)).to_relation(sites=2, memory_limit=60e6)
+    assert len(plans) <= PLANNED + UNFIT
