@@ -158,8 +158,10 @@ class Workload:
 
     def run(self, client):
         out = td.submit(self.exprs[0], client=client)
+        self.earlier = []  # result objects of earlier submissions of this run (their recoveries count)
         if self.name == "chain":
             src = td.from_array(out) if self.api == "array" else out
+            self.earlier = [out]
             out = td.submit(self._matmul(src, self.c), client=client)
         outs = list(out) if isinstance(out, tuple) else [out]
         return [o.to_numpy() for o in outs], outs
@@ -255,7 +257,7 @@ def faulted(client, work: Workload, fault: str, base: float, holder: str | None 
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:  # the removed worker's nanny ended it
                 pass
-    notes = [note for o in outs for _, note in o.recoveries]
+    notes = [note for o in work.earlier + outs for _, note in o.recoveries]
     return seconds, work.exact(got), "; ".join(dict.fromkeys(notes)), stopped
 
 
