@@ -78,6 +78,24 @@ def test_a_tls_cluster_runs_plans_exactly_and_serves_the_dashboard(tls_cluster, 
         assert mine["done"] == mine["total"] > 0 and mine["predicted_bytes"] == rf.plan.cost.bytes_moved
 
 
+def test_a_tls_cluster_is_calibrated_with_no_kept_spec(tls_cluster, certs, calibrating, monkeypatch):
+    """The first plan on a TLS cluster, with no kept spec (``calibrating``) and none
+    cached for this scheduler by the tests above (they planned on the suite's kept
+    spec), measures it through the TLS client — not the default client."""
+    from tra_dask.runtime import calibrate as calibration
+
+    monkeypatch.setattr(calibration, "_CACHE", {})
+    monkeypatch.setattr(calibration, "_KEY_OF", {})
+    rng = np.random.default_rng(39)
+    a, b = rng.integers(-9, 10, (64, 48)).astype(float), rng.integers(-9, 10, (48, 40)).astype(float)
+    with Client(tls_cluster.address, security=client_security(certs), timeout="30s", set_as_default=False) as client:
+        got = td.submit(td.einsum("ij,jk->ik", td.asarray(a), td.asarray(b)), client=client).to_numpy()
+        np.testing.assert_array_equal(got, a @ b)
+        spec = td.cluster_spec(client)
+        assert spec.source.startswith(f"calibrated on {tls_cluster.address}"), spec.source
+        assert spec.sites == 2
+
+
 def test_the_command_runs_on_a_tls_cluster_as_the_readme_says(tls_cluster, certs):
     (run,) = tls_cluster.runs
     out = subprocess.run(run, cwd=certs, capture_output=True, text=True, timeout=240)

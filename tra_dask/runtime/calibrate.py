@@ -70,7 +70,7 @@ from ..optimizer import optimize
 from ..optimizer.cluster import ClusterSpec, GpuSpec
 from ..optimizer.time import plan_seconds
 from ..programs import matmul, random_uniform
-from .cluster import _wait_done, workers_info
+from .cluster import _wait_done, run_on_workers, workers_info
 from .resident import _cluster_placements, from_dask_array, refresh_sources
 
 __all__ = ["calibrate", "cluster_spec", "set_cluster_spec"]
@@ -214,13 +214,13 @@ def _gpu_spec(client, workers: list, hosts: list) -> GpuSpec | None:
     that share one device (several workers of a host on one GPU) would measure each
     other: one worker per device measures it (the devices at once), and
     ``sharing`` says how many workers share each (the largest count)."""
-    ids = client.run(_gpu_id, workers=workers)
+    ids = run_on_workers(client, _gpu_id, workers)
     if any(ids.get(w) is None for w in workers):
         return None
     groups: dict = {}
     for w, h in zip(workers, hosts):
         groups.setdefault((h, ids[w]), []).append(w)
-    measured = client.run(_gpu_rates, workers=[ws[0] for ws in groups.values()])
+    measured = run_on_workers(client, _gpu_rates, [ws[0] for ws in groups.values()])
     return _gpu_spec_of(measured, max(len(ws) for ws in groups.values()))
 
 
@@ -302,7 +302,7 @@ def _in_situ(client, workers, spec: ClusterSpec, build, shape: tuple, chunk: int
 
     rng = da.random.default_rng(7)
     a, b = (client.persist(rng.random(shape, chunks=chunk)) for _ in range(2))
-    _wait_done(futures_of([a, b]), client)  # distributed.wait would need a default client
+    _wait_done(futures_of([a, b]), client, workers)  # distributed.wait would need a default client
     expr = build(from_dask_array(a, client=client, name="A"), from_dask_array(b, client=client, name="B"))
     runs = []
     for i in range(4):
@@ -397,7 +397,7 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
     memory = [info[w].get("memory_limit") or 0 for w in workers]
     memory = min([m for m in memory if m > 0], default=4e9)
     # kept arrays: at most 1/8 of a worker's memory
-    per_worker = client.run(_kernel_rates, workers=workers, fresh_bytes=int(min(2**27, memory / 8)))
+    per_worker = run_on_workers(client, _kernel_rates, workers, fresh_bytes=int(min(2**27, memory / 8)))
     med = {k: statistics.median(r[k] for r in per_worker.values())
            for k in ("elementwise", "blas64", "blas512", "fresh", "blas_float32")}
     peak, half = _blas_fit(med["blas64"], med["blas512"])
@@ -410,7 +410,7 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
     remote = _bandwidth(client, remote_pairs, transfer_bytes) if remote_pairs else None
     bandwidth = remote or local or 4.5e8
     threads = min(int(info[w].get("nthreads") or 1) for w in workers)
-    cores = min(client.run(_cores, workers=workers).values())
+    cores = min(run_on_workers(client, _cores, workers).values())
     gpu = _gpu_spec(client, workers, hosts)
     if gpu is not None and (local_pairs or remote_pairs):  # device arrays between workers, end to end
         gpu = dataclasses.replace(gpu, link=_bandwidth(client, remote_pairs or local_pairs, 4 * transfer_bytes,
@@ -466,12 +466,13 @@ def _bandwidth(client, pairs: list, nbytes: int, rounds: int = 3, make=None) -> 
     given (:func:`~tra_dask.runtime.cluster._wait_done`): ``distributed.wait`` asks
     for the default client, which a ``Client(..., set_as_default=False)`` is not."""
     dests = [d for _, d in pairs]
+    pinned = sorted({w for pair in pairs for w in pair})  # watched: one that stops answering ends the wait
 
     def at_once(deps) -> float:
         t0 = time.perf_counter()
         futs = [client.submit(_size if dep is not None else _noop, *([dep] if dep is not None else []),
                               workers=[d], allow_other_workers=False, pure=False) for dep, d in zip(deps, dests)]
-        _wait_done(futs, client)
+        _wait_done(futs, client, pinned)
         dt = time.perf_counter() - t0
         for f in futs:
             f.release()
@@ -482,7 +483,7 @@ def _bandwidth(client, pairs: list, nbytes: int, rounds: int = 3, make=None) -> 
     for r in range(rounds + warm):
         data = {s: client.submit(make or _make, nbytes, workers=[s], allow_other_workers=False, pure=False)
                 for s in dict.fromkeys(s for s, _ in pairs)}
-        _wait_done(list(data.values()), client)
+        _wait_done(list(data.values()), client, pinned)
         empty = min(at_once([None] * len(pairs)) for _ in range(2))
         took = max(at_once([data[s] for s, _ in pairs]) - empty, 1e-6)
         taken += took if r >= warm else 0.0

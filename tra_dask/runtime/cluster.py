@@ -601,11 +601,18 @@ def _check_lost(futures, client: Client, pinned) -> None:
         raise WorkersLeft(f"worker(s) {sorted(gone)} holding results of this plan left the cluster", gone)
 
 
-def watched(fn, client: Client, pinned):
-    """``fn()`` (a blocking call on ``client``, e.g. a gather), run in a thread while
-    the pinned workers are watched as in :func:`_wait_done`: if one of them is lost,
-    :class:`WorkersLeft` is raised at once (Dask's gather would retry a lost worker's
-    keys forever; the abandoned call ends when the recovery cancels them)."""
+def watched(fn, client: Client, pinned, why: str = "they hold results of this plan"):
+    """``fn()`` (a blocking call on ``client`` that talks to the ``pinned`` workers: a
+    gather, a scatter, a ``client.run``), run in a thread while those workers are
+    watched as in :func:`_wait_done`: if one of them leaves the cluster or stops
+    answering (no heartbeat for :func:`worker_timeout`; it is then removed from the
+    cluster), :class:`WorkersLeft` is raised at once — Dask's gather would retry a lost
+    worker's keys forever, and a scatter to or a ``client.run`` on a frozen worker
+    waits until the scheduler gives up on it (``worker-ttl``, 5 minutes).  The
+    abandoned call ends when the recovery cancels its keys, or when the removed worker's
+    connection closes.  An error of ``fn`` that a lost worker explains (a closed comm,
+    a cancelled future, a worker the scheduler no longer has) is :class:`WorkersLeft`
+    too.  ``why``: what the workers are to this call, for the message."""
     box: dict = {}
 
     def run():
@@ -623,19 +630,46 @@ def watched(fn, client: Client, pinned):
             break
         if watch.quick() or time.monotonic() - last_check > 0.5:
             last_check = time.monotonic()
-            watch.check("they hold results of this plan")
+            watch.check(why)
     if "error" in box:
         from distributed.client import FutureCancelledError
 
-        if isinstance(box["error"], (FutureCancelledError, WorkerLeft)):
-            gone = set(pinned) - set(workers_info(client))
-            if isinstance(box["error"], WorkerLeft):
-                gone.add(box["error"].worker)
+        error = box["error"]
+        if isinstance(error, (FutureCancelledError, WorkerLeft, OSError, KeyError)):
+            gone = _gone_after(client, pinned, error)
+            if isinstance(error, WorkerLeft):
+                gone.add(error.worker)
             if gone:
-                raise WorkersLeft(f"worker(s) {sorted(gone)} holding results of this plan left the cluster",
-                                  gone) from box["error"]
-        raise box["error"]
+                raise WorkersLeft(f"worker(s) {sorted(gone)} left the cluster ({type(error).__name__}: "
+                                  f"{error}); {why}", gone) from error
+        raise error
     return box["value"]
+
+
+def _gone_after(client: Client, workers, error: BaseException) -> set:
+    """Those of ``workers`` the scheduler no longer has, after ``error`` ended a call
+    on them: a call that met a worker as it died (a closed comm) may fail before the
+    scheduler has removed it, so after a connection error it is asked again for up to
+    two seconds."""
+    deadline = time.monotonic() + (2.0 if isinstance(error, OSError) else 0.0)
+    while True:
+        try:
+            gone = set(workers) - set(workers_info(client))
+        except Exception:  # the scheduler cannot be asked: nothing is known to be gone
+            return set()
+        if gone or time.monotonic() >= deadline:
+            return gone
+        time.sleep(0.1)
+
+
+def run_on_workers(client: Client, fn, workers, *args, **kwargs) -> dict:
+    """``client.run(fn, *args, workers=workers, **kwargs)`` under the liveness watch
+    (:func:`watched`): a worker that stopped answering (before or during the call) is
+    removed from the cluster and :class:`WorkersLeft` raised, instead of the call
+    waiting for it.  Every ``client.run`` of tra_dask goes through here."""
+    workers = list(workers)
+    return watched(lambda: client.run(fn, *args, workers=workers, **kwargs), client, workers,
+                   f"they were running {getattr(fn, '__name__', 'a call')}")
 
 
 class _FetchFromCluster:

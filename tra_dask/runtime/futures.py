@@ -17,7 +17,7 @@ from ..lowering import Lowered
 from ..optimizer import Plan
 from ..types import RelationType
 from .cluster import (WorkersLeft, _FetchFromCluster, _Vanished, _check_client, _wait_done, _who_has, cancel_safely,
-                      watched, workers_info)
+                      run_on_workers, watched, workers_info)
 from ..logical.evaluate import assemble, grid_extents
 from ..viz import futures_html
 from .device import gather_device
@@ -203,7 +203,7 @@ class RelationFutures(Mapping):
             self.wait()
             try:
                 if self.plan.on_device:  # cupy chunks on this host's GPUs: device to device (runtime.device)
-                    got = self._gather_device()
+                    got = watched(self._gather_device, self.client, self.lowered.workers)
                     if got is not None:
                         return got
                 return watched(lambda: self.client.gather(dict(self._futures)), self.client, self.lowered.workers)
@@ -317,7 +317,9 @@ class RelationFutures(Mapping):
         worker where none of its tasks read it (another submission's); another
         submission reading the same input on the same worker at the same time would
         be.  Times are the workers' own clocks.  After a recovery: the first run's and
-        the recovery's transfers, as the surviving workers logged them."""
+        the recovery's transfers, as the surviving workers logged them.  The logs are
+        read under the liveness watch: a worker that stopped answering is removed from
+        the cluster, and its log is lost with it, as a lost worker's."""
         self.wait()
         lows = self._submission.generations or [self.lowered]  # after a recovery: every part that ran
         reads: dict = {}  # worker -> the keys this submission's tasks there read
@@ -342,8 +344,15 @@ class RelationFutures(Mapping):
                     total += sum(n for k, n in e["keys"].items() if k in wanted)
             return total
 
-        senders = sorted(live & {w for low in lows for w in low.workers})
-        total = int(sum(self.client.run(count, workers=senders).values()))
+        planned = {w for low in lows for w in low.workers}
+        for attempt in range(3):  # a sender that stops answering is removed: its log is lost with it
+            try:
+                total = int(sum(run_on_workers(self.client, count, sorted(live & planned)).values()))
+                break
+            except WorkersLeft as e:
+                if attempt == 2:
+                    raise RuntimeError(f"{e}; gave up reading the transfer logs as workers kept leaving") from e
+                live = set(workers_info(self.client)) - set(e.gone)
         if self._recorded:
             try:
                 self.client.run_on_scheduler(_set_measured, token=self.token, nbytes=total)

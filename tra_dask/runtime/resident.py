@@ -15,7 +15,7 @@ from ..logical.nodes import toposort
 from ..optimizer import Plan
 from ..physical import KeySites, PSource
 from ..types import RelationType
-from .cluster import WorkersLeft, _FetchFromCluster, _resolve, _wait_done, _who_has, workers_info
+from .cluster import WorkersLeft, _FetchFromCluster, _resolve, _wait_done, _who_has, watched, workers_info
 from ..logical.evaluate import substitute
 
 def _keeper_futures(src: ClusterSource) -> list:
@@ -82,16 +82,19 @@ def _check_cluster_source(src: ClusterSource, client: Client) -> None:
             )
 
 
-def _where(client: Client, sources: list, wait: bool = False) -> dict:
+def _where(client: Client, sources: list, wait: bool = False, workers=()) -> dict:
     """``{dask key: [worker, ...]}`` for the chunks of cluster-resident ``sources``
     (each checked usable here first), asked of the scheduler in one round trip; with
-    ``wait``, chunks still being computed are waited for, then asked again."""
+    ``wait``, chunks still being computed are waited for (``workers`` watched: one
+    that left or froze is :class:`~tra_dask.runtime.cluster.WorkersLeft`), then asked
+    again."""
     for src in sources:
         _check_cluster_source(src, client)
     keys = list(dict.fromkeys(k for src in sources for _, k in src.dask_keys))
     who = _who_has(client, keys) if keys else {}
     if wait and len(who) < len(keys):
-        _wait_done([f for src in sources for f in _keeper_futures(src) if f.key not in who], client, timeout=300)
+        _wait_done([f for src in sources for f in _keeper_futures(src) if f.key not in who], client, workers,
+                   timeout=300)
         for src in sources:  # a block that raised meanwhile: the user's exception
             _check_cluster_source(src, client)
         who = _who_has(client, keys)
@@ -102,7 +105,7 @@ def _cluster_placements(expr, client: Client, workers: list[str]) -> dict:
     """Fixed placements of cluster-resident sources: where their data is."""
     sources = [n for n in toposort(flatten_outputs(expr)[0]) if isinstance(n, ClusterSource)]
     out = {}
-    who = _where(client, sources, wait=True)
+    who = _where(client, sources, wait=True, workers=workers)
     held: dict = {}  # worker -> how many of these chunks it holds
     for ws in who.values():
         for w in ws:
@@ -196,12 +199,10 @@ def scatter_once(client: Client, lowered) -> dict:
                 fresh[key] = chunk
         if not fresh:
             continue
-        try:
-            sent = client.scatter(fresh, workers=[worker])
-        except (KeyError, OSError) as e:  # the scheduler no longer has this worker, or it cannot be reached
-            if worker in set(workers_info(client)):
-                raise
-            raise WorkersLeft(f"worker {worker} left the cluster before this plan's data reached it", {worker}) from e
+        # watched: a worker that left or stopped answering is WorkersLeft (the plan is made
+        # again without it), not a scatter that waits for it
+        sent = watched(lambda: client.scatter(fresh, workers=[worker]), client, [worker],
+                       "this plan's data was being sent to it")
         out.update(sent)
         for key, f in sent.items():
             owner = lowered.scatter_owner.get(key)

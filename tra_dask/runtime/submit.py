@@ -20,7 +20,7 @@ from ..optimizer import NoPlanFits, Plan, compile
 from ..optimizer.cache import PlanCache, signature
 from ..optimizer.objective import DEFAULT_OBJECTIVE
 from ..optimizer import optimize as _optimize
-from .cluster import WorkersLeft, _ensure_recorder, _resolve, _Vanished, workers_info
+from .cluster import WorkersLeft, _ensure_recorder, _gone_after, _resolve, _Vanished, run_on_workers, workers_info
 from .futures import ArrayFutures, RelationFutures, Submission
 from .resident import _check_plan_sources, _cluster_placements, refresh_sources, scatter_once
 from .calibrate import cluster_spec
@@ -205,7 +205,7 @@ def _submit_planned(make, client, sites, kw: dict, *, plan: Plan | None = None, 
             return _run(p, client, workers, name, kw, array=array)
         except Exception as e:  # a worker left while we planned (calibrated) or sent: plan again
             if not isinstance(e, (WorkersLeft, _Vanished)):
-                gone = _lost_meanwhile(client, workers, e)
+                gone = _gone_after(client, workers, e)
                 if not gone:
                     raise  # not a lost worker: the user's error, a bad argument, ...
                 lost = WorkersLeft(f"worker(s) {sorted(gone)} left the cluster while this expression was "
@@ -220,22 +220,6 @@ def _submit_planned(make, client, sites, kw: dict, *, plan: Plan | None = None, 
                 raise RuntimeError(f"{e}; gave up after 3 tries to plan and send it as workers kept "
                                    f"leaving") from e
             time.sleep(0.2)
-
-
-def _lost_meanwhile(client: Client, workers: list[str], error: BaseException) -> set:
-    """Those of ``workers`` the scheduler no longer has, after ``error`` ended a
-    planning or sending step: a call that met a worker as it died (a closed comm in a
-    ``client.run``) may fail before the scheduler has removed it, so after a
-    connection error it is asked again for up to two seconds."""
-    deadline = time.monotonic() + (2.0 if isinstance(error, OSError) else 0.0)
-    while True:
-        try:
-            gone = set(workers) - set(workers_info(client))
-        except Exception:
-            return set()
-        if gone or time.monotonic() >= deadline:
-            return gone
-        time.sleep(0.1)
 
 
 def _where_its_data_is(plan: Plan, client: Client, workers: list[str]) -> Plan:
@@ -349,7 +333,9 @@ def _reclaimed_budget(client: Client, workers: list[str]) -> MemoryBudget | None
     workers themselves: after heavy work a process holds freed memory that the
     scheduler's ``unmanaged_old`` counts as taken until it is returned."""
     try:
-        seen = client.run(_trim_and_measure, workers=list(workers))
+        seen = run_on_workers(client, _trim_and_measure, workers)
+    except WorkersLeft:  # one stopped answering (removed now): planned again on the others
+        raise
     except Exception:  # a worker gone meanwhile, or a cluster that cannot run this: no second look
         return None
     return _budget_of({w: v for w, v in seen.items() if v is not None}, " (measured after returning freed memory)")
