@@ -239,6 +239,20 @@ EXHAUSTIVE = 512  # every combination of candidates is estimated up to this many
 UNFIT = 8  # planned chunkings that fit no memory, beyond PLANNED, before the chooser gives up
 
 
+def _uniform(cl, cands, free, start, counts) -> list:
+    """``start``, and for each block count in ``counts`` every free class at the
+    candidate nearest that count (distinct chunkings)."""
+    out = [list(start)]
+    for count in sorted(counts):
+        b = list(start)
+        for ci in free:
+            want = -(-cl.extent[ci] // count)
+            b[ci] = min(cands[ci], key=lambda x: abs(x - want))
+        if b not in out:
+            out.append(b)
+    return out
+
+
 def _descend(cands, free, start, starts, cost):
     """Coordinate descent from the best of ``starts``: one class at a time, until no
     single change lowers ``cost`` by more than 0.5%."""
@@ -293,14 +307,7 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
     # start: every class at its first candidate (fixed chunks / one block) ...
     start = [c[0] for c in cands]
     # ... or every free class at the same number of blocks, whichever is best
-    starts = [start]
-    for count in sorted({1, sites, 2 * sites, sites * sites}):
-        b = list(start)
-        for ci in free:
-            want = -(-cl.extent[ci] // count)
-            b[ci] = min(cands[ci], key=lambda x: abs(x - want))
-        if b not in starts:
-            starts.append(b)
+    starts = _uniform(cl, cands, free, start, {1, sites, 2 * sites, sites * sites})
     ranked = None
     # one site has nothing to spread: one block per free class, unless that does not fit
     search = bool(free) and (sites > 1 or cost(start) == math.inf)
@@ -320,15 +327,7 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
                     b[ci] = v
                 guess(b)
         else:  # descent from every class at each count of blocks
-            uniform = [list(start)]
-            for count in sorted({2 ** e for e in range((4 * sites).bit_length())} | {sites}):
-                b = list(start)
-                for ci in free:
-                    want = -(-cl.extent[ci] // count)
-                    b[ci] = min(cands[ci], key=lambda x: abs(x - want))
-                if b not in uniform:
-                    uniform.append(b)
-            for s0 in uniform:
+            for s0 in _uniform(cl, cands, free, start, {2 ** e for e in range((4 * sites).bit_length())} | {sites}):
                 _descend(cands, free, start, [s0], guess)
         ranked = sorted((v, k) for k, v in estimated.items())
         plan_it = evaluate
