@@ -8,7 +8,8 @@ ragged chunks, 1 to 7 sites, several outputs sharing subexpressions), every plan
 must simulate to ``td.evaluate``'s result, and must move exactly the floats its cost
 predicts (the default "exact" cost model).
 
-``TRA_SOUNDNESS_EXAMPLES`` sets the number of random programs (default 300); run a
+``TRA_SOUNDNESS_EXAMPLES`` sets the number of random programs (default 150: each run of
+the suite draws new ones, about a quarter of a CPU-second each); run a
 longer campaign with e.g. ``TRA_SOUNDNESS_EXAMPLES=2000 pytest tests/test_soundness.py
 --hypothesis-seed=1``.
 """
@@ -26,7 +27,7 @@ from hypothesis import strategies as st
 import tra_dask as td
 from tra_dask.keys import Dim, as_predicate, insert_dim, project
 
-EXAMPLES = int(os.environ.get("TRA_SOUNDNESS_EXAMPLES", "300"))
+EXAMPLES = int(os.environ.get("TRA_SOUNDNESS_EXAMPLES", "150"))
 
 # keep every program tiny so that optimize + simulating every alternative stays fast
 MAX_TUPLES = 40          # tuples in any relation of a program
