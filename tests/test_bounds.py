@@ -162,7 +162,7 @@ def test_no_balanced_einsum_plan_moves_less_than_the_bound(P, spec, blocks, per_
     assert b["per_site"] == pytest.approx(
         einsum_lower_bound(spec, [ext[c] for c in xs], [ext[c] for c in ys], P), rel=1e-12, abs=1e-9)
     assume(_balanced(plan))
-    assert plan.cost.floats_moved >= b["total"] * (1 - 1e-9)
+    assert plan.cost.floats_moved >= b["total"] * (1 - 1e-9) - 1e-6  # (a bound of 0 computes to ~1e-15)
 
 
 def test_the_lopsided_cases_plan_within_reach_of_the_bound():
