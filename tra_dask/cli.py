@@ -218,7 +218,8 @@ def show_progress(futures: list, scheduler: str, out=None) -> None:
         progress(futures, scheduler=scheduler)
         print(file=out)
         return
-    for line in progress_lines(len(futures), as_completed(futures)):
+    loop = futures[0].client.loop if futures else None  # (the command's client need not be the default)
+    for line in progress_lines(len(futures), as_completed(futures, loop=loop)):
         print(line, file=out, flush=True)
 
 
