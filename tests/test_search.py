@@ -92,7 +92,7 @@ def test_search_equals_brute_force_for_matmul_plus_elementwise(sites):
     expr = td.join(matmul(_mat(rng, (4, 4), 2, "A"), _mat(rng, (4, 2), 2, "B")), _mat(rng, (4, 2), 2, "D"),
                    (0, 1), (0, 1), "add")
     space = enumerate_dp_space(list(td.compile(expr, sites).outputs), RULES, limit=4000)
-    assert len(space) > 1000  # (the space is large: the search prunes it to a few dozen)
+    assert len(space) > 500  # (the space is large: the search prunes it to a few dozen)
     assert _searched_key(expr, sites) == _best_key(space)
 
 

@@ -537,16 +537,17 @@ def test_a_node_rebuilt_over_equal_children_moves_what_they_hold():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dims,sites,where,bandwidth,blas", [
-    ((12, 24, 24, 40), 3, {"X": "20112122", "Y": "1112", "W1": "01212101", "W2": "1002"}, 1e8, 1e8),
-    ((8, 40, 8, 8), 3, {"X": "20101200", "Y": "0101", "W1": "22000021", "W2": "0212"}, 1e9, 1e10),
-    ((12, 8, 8, 12), 3, {"X": "11002222", "Y": "0020", "W1": "02222002", "W2": "1222"}, 1e8, 1e10),
+@pytest.mark.parametrize("dims,sites,where,bandwidth,blas,faster", [
+    ((12, 24, 24, 40), 3, {"X": "20112122", "Y": "1112", "W1": "01212101", "W2": "1002"}, 1e8, 1e8, True),
+    # (since R2-6 combines only the join dims that vary, the first pass finds this one's best plan too)
+    ((8, 40, 8, 8), 3, {"X": "20101200", "Y": "0101", "W1": "22000021", "W2": "0212"}, 1e9, 1e10, False),
+    ((12, 8, 8, 12), 3, {"X": "11002222", "Y": "0020", "W1": "02222002", "W2": "1222"}, 1e8, 1e10, True),
 ])
-def test_plans_whose_readers_share_one_computation_are_sound(dims, sites, where, bandwidth, blas):
+def test_plans_whose_readers_share_one_computation_are_sound(dims, sites, where, bandwidth, blas, faster):
     """Small FFNN steps on which the search's first pass computes a shared node twice
     and planning its readers over one of them (search.py, ``reshare``) finds a faster
-    plan: that plan and every alternative simulate to the reference, moving what
-    their costs say."""
+    plan (``faster``; never a slower one): that plan and every alternative simulate to
+    the reference, moving what their costs say."""
     from tra_dask.optimizer.objective import as_objective
     from tra_dask.optimizer.rules import RULES
     from tra_dask.optimizer.search import search
@@ -565,7 +566,9 @@ def test_plans_whose_readers_share_one_computation_are_sound(dims, sites, where,
     compiled = list(td.compile(step, sites, placements=placements).outputs)
     first_pass = search(compiled, RULES, objective=timed, reshare=0)
     both = search(compiled, RULES, objective=timed)
-    assert timed(both.best_cost) < timed(first_pass.best_cost)  # the second pass found a faster plan
+    if faster:
+        assert timed(both.best_cost) < timed(first_pass.best_cost)  # the second pass found a faster plan
+    assert timed(both.best_cost) <= timed(first_pass.best_cost)
     check_every_plan(step, sites, placements, objective="time", cluster=spec)
 
 

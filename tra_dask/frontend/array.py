@@ -675,7 +675,7 @@ class Array:
     # -- the Array API -----------------------------------------------------------------
     def __array_namespace__(self, api_version=None):
         """:mod:`tra_dask.array_api`, the Array API functions the library expresses."""
-        from . import array_api
+        array_api = _run.namespace()
 
         if api_version is not None and api_version not in array_api.SUPPORTED_VERSIONS:
             raise ValueError(f"td.Array: Array API version {api_version!r} is not supported; supported: "

@@ -543,6 +543,6 @@ def count_nonzero(x, /, *, axis=None, keepdims=False):
 
 # what `from tra_dask.frontend.array_api import *` (tra_dask.array_api) passes on: the
 # standard's names, not this module's imports
-__all__ = sorted(n for n, v in dict(globals()).items() if (not n.startswith("_") or n == "__array_api_version__")
+__all__ = sorted(n for n, v in dict(globals()).items() if (not n.startswith("_") or n.startswith("__array_"))
                  and n not in {"annotations", "builtins", "math", "np", "td_einsum", "Array", "DEVICE",
                                "from_array", "from_region"} and getattr(v, "__module__", __name__) != "__future__")

@@ -46,6 +46,12 @@ def cluster_api():
     return importlib.import_module("tra_dask.api")
 
 
+def namespace():
+    """:mod:`tra_dask.array_api`, the Array API namespace (``x.__array_namespace__()``),
+    loaded on first use: it re-exports :mod:`.array_api` from above the front-end."""
+    return importlib.import_module("tra_dask.array_api")
+
+
 class _Placeholder:
     """``fn(key)`` of a stand-in source (a dask array that would be re-chunked):
     planning reads only its type; it is never called."""
