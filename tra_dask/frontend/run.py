@@ -213,7 +213,7 @@ def plan_chunking(x, sites: int, plan_rel, dask_source, spec, context=()):
             rel, best = built[(tuple(blocks), tuple(before.get(n) for n in multi), False, False)][:2]
             why = f"{why} (the choice made before for an expression of this structure)"
             return rel, best.with_stage(Stage("chunking", None, time.perf_counter() - t0, why)), None
-    estimate = Estimator(cl, sites, spec, {n: p for n, p in paths.items()},
+    estimate = Estimator(cl, sites, spec, paths,
                          rechunk=lambda arr, cut: _rechunk_seconds(arr, sites, spec))
     choice = choose(cl, sites, evaluate, final=lambda blocks: evaluate(blocks, quick=False), estimate=estimate)
     notes = []

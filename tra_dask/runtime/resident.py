@@ -15,7 +15,7 @@ from ..logical.nodes import toposort
 from ..optimizer import Plan
 from ..physical import KeySites, PSource
 from ..types import RelationType
-from .cluster import WorkersLeft, _FetchFromCluster, _resolve, _wait_done, _who_has, watched, workers_info
+from .cluster import _FetchFromCluster, _resolve, _wait_done, _who_has, watched
 from ..logical.evaluate import substitute
 
 def _keeper_futures(src: ClusterSource) -> list:

@@ -191,8 +191,8 @@ def largest_grid_sites(nsites: int, limits: tuple) -> int:
     (64, 8, 4)
     """
     best = {1}
-    for lim in limits:
-        best = {u * g for u in best for g in range(1, lim + 1) if u * g <= nsites}
+    for lim in limits:  # (each step: the products up to nsites, about nsites·log(nsites) of them tried)
+        best = {u * g for u in best for g in range(1, min(lim, nsites // u) + 1)}
     return max(best)
 
 
@@ -211,7 +211,8 @@ def _promising_grids(c: Contraction, s: int, extents: tuple, keep: int = 3) -> l
     def words(g):
         return A * (g[2] - 1) + B * (g[lf] - 1) + C * (g[c.a] - 1)
 
-    return sorted(site_grids(largest_grid_sites(s, extents), extents), key=words)[:keep]
+    grids = site_grids(s, extents) or site_grids(largest_grid_sites(s, extents), extents)
+    return sorted(grids, key=words)[:keep]
 
 
 def _array_extent(t, dim: int) -> float:
