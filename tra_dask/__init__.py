@@ -28,6 +28,7 @@ from .frontend import (Array, asarray, concatenate, cov, dot, einsum, expand_dim
                        outer, reshape, softmax, squeeze, stack, std, tensordot, var, vdot, where)
 from .frontend.run import evaluate_local as _evaluate_arrays
 from .optimizer import ClusterSpec, GpuSpec, Plan, compile, optimize
+from .optimizer.target import SearchOptions, Target
 from .physical import All, KeySites, Part, simulate
 from .types import ArrayType, RelationType
 
@@ -82,6 +83,6 @@ __all__ = [
     "from_numpy", "from_chunks", "from_function",
     "aggregate", "join", "rekey", "filter", "transform", "tile", "concat",
     "evaluate", "to_numpy", "compile", "optimize", "simulate", "submit", "compute", "plan_for", "from_dask_array", "RelationFutures", "ArrayFutures", "drop_scattered", "embedded_client", "Plan", "All", "Part", "KeySites",
-    "ClusterSpec", "GpuSpec", "calibrate", "cluster_spec", "set_cluster_spec",
+    "ClusterSpec", "GpuSpec", "Target", "SearchOptions", "calibrate", "cluster_spec", "set_cluster_spec",
     "keys", "kernels", "programs", "k", "k0", "k1", "k2", "k3",
 ]

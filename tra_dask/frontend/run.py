@@ -26,6 +26,7 @@ from ..optimizer.cache import type_token
 from ..optimizer.cluster import ClusterSpec
 from ..optimizer.optimize import NoPlanFits
 from ..optimizer.plan import Stage
+from ..optimizer.target import Target
 from .array import Array, regular_chunks
 from .build import Builder, computed_here as _computed_here
 from .chunking import AxisClasses, _topo, choose
@@ -33,7 +34,7 @@ from .einsum import contraction_paths
 from .estimate import Estimator
 from .nodes import Einsum, Leaf
 
-__all__ = ["build_local", "evaluate_local", "plan_chunking", "cluster_api", "QUICK"]
+__all__ = ["build_local", "evaluate_local", "plan_chunking", "cluster_api"]
 
 
 def cluster_api():
@@ -114,10 +115,10 @@ def _fixed_path(node: Einsum):
     return tuple(tuple(int(i) for i in st) for st in path)
 
 
-# the search while comparing chunkings: two placements per node (2-3x faster than the
-# full search's six, the same plans on a 5-operand chain and an FFNN step; a budget of
-# 300 rewrites as well left those plans 1.2-2x slower); the best is planned again in full
-QUICK = {"beam": 2}
+# candidates are compared under the "quick" search options (two placements per node:
+# 2-3x faster than the full search's six, the same plans on a 5-operand chain and an FFNN
+# step; a budget of 300 rewrites as well left those plans 1.2-2x slower); the best is
+# planned again with "auto"
 ORDERS = 2  # contraction orders planned under the chosen chunking (the best by the estimate)
 
 
@@ -152,10 +153,12 @@ _CHOICES: "OrderedDict" = OrderedDict()  # _structure -> (blocks, contraction pa
 _CHOICES_LOCK = threading.Lock()
 
 
-def plan_chunking(x, sites: int, plan_rel, dask_source, spec, context=()):
+def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
     """Chunking, contraction order and plan for ``x`` (an array, or a tuple of
-    arrays planned together): ``plan_rel(rel, quick) -> Plan`` (``quick``: a
-    narrower search, for comparing candidates).  A candidate that re-chunks a dask
+    arrays planned together) on ``target`` (its sites and cluster spec; a
+    :class:`~tra_dask.optimizer.target.Target`): ``plan_rel(rel, options) -> Plan``
+    plans a relation with the named search options (``"quick"``, a narrower search,
+    for comparing candidates; ``"auto"`` for the plan kept).  A candidate that re-chunks a dask
     input pays :func:`_rechunk_seconds` on top of its plan.  Returns ``(relation or
     tuple of relations, plan, choice)`` (choice None when an expression of the same
     structure — :func:`_structure` and ``context`` — was chosen for before: that
@@ -163,6 +166,7 @@ def plan_chunking(x, sites: int, plan_rel, dask_source, spec, context=()):
     what was chosen and why."""
     several = isinstance(x, (tuple, list))
     roots = [a._node for a in as_arrays(x)]
+    sites, spec = target.sites, target.cluster or ClusterSpec(sites=target.sites)
     t0 = time.perf_counter()
     cl = AxisClasses(roots)
     multi = _multi_paths(roots)
@@ -196,7 +200,7 @@ def plan_chunking(x, sites: int, plan_rel, dask_source, spec, context=()):
             build = Builder(block, source, paths)
             rel = tuple(build(r) for r in roots) if several else build(roots[0])
             extra = sum(_rechunk_seconds(a, sites, spec) for a in {id(a): a for a in used}.values())
-            built[key] = (rel, plan_rel(rel, quick), bool(used), extra)
+            built[key] = (rel, plan_rel(rel, "quick" if quick else "auto"), bool(used), extra)
         p, extra = built[key][1], built[key][3]
         return p, (p.cost.seconds or 0.0) + extra
 
@@ -262,12 +266,14 @@ def build_local(x, sites: int = 1, memory_limit=None):
             cache[id(arr)] = (arr, _computed_here(arr))
         return L.from_numpy(cache[id(arr)][1], chunks if arr.ndim else (), name=name)
 
-    def plan_rel(rel, quick):
+    target = Target(sites, cluster=spec)
+
+    def plan_rel(rel, options):
         if sites == 1 and memory_limit is None:  # nothing to place, nothing to fit: the paper's plan
             return _compile(rel, sites=1)
-        return optimize(rel, sites=sites, objective="time", cluster=spec, **(QUICK if quick else {}))
+        return optimize(rel, target, objective="time", options=options)
 
-    rel, p, _ = plan_chunking(x, sites, plan_rel, local_dask, spec, context=(memory_limit,))
+    rel, p, _ = plan_chunking(x, target, plan_rel, local_dask, context=(memory_limit,))
     return rel, p
 
 

@@ -25,7 +25,8 @@ from ..node import canonical, toposort
 from ..physical import PlacementError
 from ..physical.work import plan_work
 from .compile import _resolve_placements, compile
-from .cost import COST_MODELS, plan_cost
+from .cost import plan_cost
+from .target import Target, search_options
 from .objective import FastestTime, as_objective
 from .plan import Plan, Stage
 from .rules import RULES
@@ -33,7 +34,7 @@ from .search import SearchResult, search
 from .sketch import NotReplayable, make_sketch, replay
 from .time import fusion_for
 
-__all__ = ["optimize", "NoPlanFits", "STAGES"]
+__all__ = ["optimize", "as_target", "NoPlanFits", "STAGES"]
 
 STAGES = ("compile", "search", "replay", "check")  # what optimize(..., until=) takes, in order
 
@@ -50,26 +51,35 @@ class NoPlanFits(ValueError):
     smallest peak the search found and what would help)."""
 
 
-def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, placements=None,
-             *, objective=None, cluster=None, budget: int = 50_000, beam: int = 6, rules=RULES,
-             sketch: bool = True, until: str | None = None) -> Plan:
-    """Compile ``expr`` for ``sites`` sites and search for the cheapest equivalent plan.
+def optimize(expr, target=None, cost_model: str | None = None, memory_limit=None, placements=None, *,
+             sites: int | None = None, objective=None, cluster=None, options="auto", budget: int | None = None,
+             beam: int | None = None, rules=RULES, sketch: bool | None = None, until: str | None = None) -> Plan:
+    """Compile ``expr`` for a :class:`~tra_dask.optimizer.target.Target` and search for
+    the cheapest equivalent plan.
+
+    ``target``: what the plan runs on — a :class:`~tra_dask.optimizer.target.Target`
+    (sites, the :class:`~tra_dask.optimizer.cluster.ClusterSpec`, the memory limit per
+    site, fixed placements of data already there, the cost model), or a number of
+    sites.  As a convenience the Target's fields may be given as keywords instead
+    (``sites=``, ``cluster=``, ``memory_limit=`` — bytes per site, a number or a size
+    string like ``"1GB"``; default: the cluster's memory per site when a cluster is
+    given, else none —, ``placements=``, ``cost_model=`` ``"exact"`` or ``"paper"``);
+    with a Target they must not be.
 
     ``objective`` says what cheapest means: ``"time"`` (the default,
-    :class:`~tra_dask.optimizer.objective.FastestTime`: least predicted seconds on
-    ``cluster``, a :class:`~tra_dask.optimizer.cluster.ClusterSpec` — from
-    :func:`tra_dask.calibrate`, or the defaults), ``"bytes"``
+    :class:`~tra_dask.optimizer.objective.FastestTime`: least predicted seconds on the
+    target's cluster, or the defaults), ``"bytes"``
     (:class:`~tra_dask.optimizer.objective.FewestBytes`: the fewest floats moved under
-    ``cost_model``, the busiest site's flops at an exchange rate, tasks and tuples as
-    tie-breakers) or any
-    :class:`~tra_dask.optimizer.objective.Objective`.  Every plan reports its
-    predicted ``cost.seconds`` (on ``cluster`` or the defaults).
-    Memory is a hard constraint: ``memory_limit`` is bytes per site, a number or a
-    size string like ``"1GB"`` (default: the cluster's memory per site when a
-    cluster is given, else none).  ``beam``: placements kept per plan node;
-    ``budget``: rewrites tried before the search stops early.
-    ``sketch``: plan a large expression on a sketch of it (:mod:`.sketch`);
-    False searches at full size however long it takes.
+    the cost model, the busiest site's flops at an exchange rate, tasks and tuples as
+    tie-breakers) or any :class:`~tra_dask.optimizer.objective.Objective`.  Every plan
+    reports its predicted ``cost.seconds``.  Memory is a hard constraint.
+
+    ``options``: how hard to search — a name in
+    :data:`~tra_dask.optimizer.target.SEARCH_OPTIONS` (``"auto"``, ``"quick"``,
+    ``"full"``) or a :class:`~tra_dask.optimizer.target.SearchOptions`; ``beam``
+    (placements kept per plan node), ``budget`` (rewrites tried before the search stops
+    early) and ``sketch`` (plan a large expression on a sketch of it, :mod:`.sketch`)
+    override the named options' fields.
     ``until``: stop after that stage (one of :data:`STAGES`) and return the plan as
     it stands then, before fusion, its ``.stages`` those that ran: ``"compile"`` the
     paper's initial plan of the expression (at full size, never of a sketch),
@@ -81,17 +91,20 @@ def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, pla
     plan), ``.search`` (budget used, whether it was cut short, the sketch) and
     ``.stages`` (module doc).
     """
-    if cost_model not in COST_MODELS:
-        raise ValueError(f"unknown cost_model {cost_model!r}; valid: {', '.join(COST_MODELS)}")
+    target = as_target(target, sites=sites, cluster=cluster, memory_limit=memory_limit, placements=placements,
+                       cost_model=cost_model)
+    opts = search_options(options).replace(beam=beam, budget=budget, sketch=sketch)
     if until is not None and until not in STAGES:
         raise ValueError(f"optimize(until={until!r}): no such stage; the stages are {', '.join(STAGES)} "
                          f"(or None for the whole pipeline, fusion included)")
-    obj = as_objective(objective, memory_limit, cluster)
+    sites, cost_model, cluster, placements = target.sites, target.cost_model, target.cluster, target.placement_map
+    budget, beam = opts.budget, opts.beam
+    obj = as_objective(objective, target.memory_limit, cluster)
     outputs, rebuild = flatten_outputs(expr)
     stages: list = []
     res = None
     sk = None
-    if sketch and until != "compile":
+    if opts.sketch and until != "compile":
         sources = [n for n in toposort(outputs) if isinstance(n, Source)]
         sk = make_sketch(outputs, sites, _resolve_placements(placements, sources, sites))
     if sk is not None:
@@ -141,6 +154,26 @@ def optimize(expr, sites: int, cost_model: str = "exact", memory_limit=None, pla
 
     alternatives = Alternatives(chosen, [(res.best, res.best_cost), *res.alternatives], fuse)
     return fuse.plan(chosen, chosen_cost, compiled=compiled, search=res, alternatives=alternatives, stages=stages)
+
+
+def as_target(target=None, *, sites=None, cluster=None, memory_limit=None, placements=None,
+              cost_model=None) -> Target:
+    """The :class:`~tra_dask.optimizer.target.Target` :func:`optimize` plans for: ``target``
+    itself, or one built from a number of sites and the keywords (which a Target
+    given must not be combined with)."""
+    fields = dict(cluster=cluster, memory_limit=memory_limit, placements=placements, cost_model=cost_model)
+    if isinstance(target, Target):
+        given = [k for k, v in fields.items() if v is not None] + (["sites"] if sites is not None else [])
+        if given:
+            raise ValueError(f"optimize: {', '.join(given)} given with a Target; it is the Target's "
+                             f"(use target.replace({given[0]}=...))")
+        return target
+    if target is not None and sites is not None:
+        raise ValueError(f"optimize: sites given twice ({target!r} and sites={sites!r})")
+    sites = target if sites is None else sites
+    if sites is None:
+        raise TypeError("optimize() needs a target: a td.Target, or sites=<number of sites>")
+    return Target(sites, **{k: v for k, v in fields.items() if v is not None})
 
 
 # the time objective's choice under the model's error (less_traffic): a plan that moves

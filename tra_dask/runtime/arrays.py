@@ -11,12 +11,11 @@ call, by the caller of :func:`plan_on`.
 from __future__ import annotations
 
 from ..frontend.array import regular_chunks
-from ..frontend.run import QUICK, as_arrays, evaluate_local, plan_chunking, refuse_empty, with_empties
+from ..frontend.run import as_arrays, evaluate_local, plan_chunking, refuse_empty, with_empties
 from ..kernels import to_host
-from .calibrate import cluster_spec
 from .cluster import _resolve, current_client
 from .resident import from_dask_array
-from .submit import _Progress, _remember, _submit_planned, planned_on
+from .submit import _Progress, _remember, _submit_planned, planned_on, target_for
 
 __all__ = ["plan", "plan_on", "submit", "compute", "compute_local_or_cluster"]
 
@@ -43,13 +42,12 @@ def plan_on(x, client, workers, *, calibrate: bool = True, memory_limit=None):
             made[key] = from_dask_array(cut, name=name, client=client)
         return made[key]
 
-    def plan_rel(rel, quick):
+    def plan_rel(rel, options):
         return planned_on(rel, client, workers, objective="time", calibrate=calibrate, memory_limit=memory_limit,
-                          **(QUICK if quick else {}))
+                          options=options)
 
-    spec = cluster_spec(client, calibrate_=calibrate)
-    _, p, _ = plan_chunking(x, len(workers), plan_rel, dask_source, spec,
-                            context=(tuple(workers), memory_limit, calibrate))
+    target, _ = target_for(client, workers, memory_limit=memory_limit, calibrate=calibrate, objective="time")
+    _, p, _ = plan_chunking(x, target, plan_rel, dask_source, context=(tuple(workers), memory_limit, calibrate))
     # the final plan is plan_rel's full search, with the chunking stage recorded before it
     return _remember(p, p.stages[:1], objective="time", calibrate=calibrate, memory_limit=memory_limit)
 

@@ -20,6 +20,7 @@ from ..optimizer import NoPlanFits, Plan, compile
 from ..optimizer.cache import PlanCache, signature
 from ..optimizer.objective import DEFAULT_OBJECTIVE
 from ..optimizer import optimize as _optimize
+from ..optimizer.target import Target
 from .cluster import WorkersLeft, _ensure_recorder, _gone_after, _resolve, _Vanished, run_on_workers, workers_info
 from .futures import ArrayFutures, RelationFutures, Submission
 from .resident import _check_plan_sources, _cluster_placements, refresh_sources, scatter_once
@@ -42,11 +43,12 @@ def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool =
 
 
 def planned_on(expr, client: Client, workers: list[str], *, optimize: bool = True, memory_limit=None,
-               cost_model: str = "exact", objective=None, calibrate: bool = True, beam=None, budget=None) -> Plan:
+               cost_model: str = "exact", objective=None, calibrate: bool = True, options="auto", beam=None,
+               budget=None) -> Plan:
     """:func:`plan_for` on ``client`` and ``workers`` already resolved (a submission
     resolves them once and plans with them, however many plans it makes)."""
     options = dict(optimize=optimize, memory_limit=memory_limit, cost_model=cost_model, objective=objective,
-                   calibrate=calibrate, beam=beam, budget=budget)
+                   calibrate=calibrate, options=options, beam=beam, budget=budget)
     plan = _plan_for(expr, client, workers, **options)
     _PLANNED_FOR[plan] = options  # submit() plans it again the same way if Dask moves its data meanwhile
     return plan
@@ -55,39 +57,56 @@ def planned_on(expr, client: Client, workers: list[str], *, optimize: bool = Tru
 _PLANNED_FOR: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # plan_for's (and the front-end's) plans -> options
 
 
-def _plan_for(expr, client, workers, *, optimize, memory_limit, cost_model, objective, calibrate, beam, budget):
-    if objective is None:
-        objective = DEFAULT_OBJECTIVE
-    if not isinstance(expr, (Relation, tuple, list, dict)) and hasattr(expr, "__tra_relation__"):
-        expr = expr.__tra_relation__()
-    expr = refresh_sources(expr, client)
-    placements = _cluster_placements(expr, client, workers) or None
-    if not optimize:
-        return compile(expr, sites=len(workers), placements=placements, cost_model=cost_model)
+def target_for(client: Client, workers: list[str], expr=None, *, memory_limit=None, calibrate: bool = True,
+               objective=None, cost_model: str = "exact") -> tuple:
+    """``(target, room)``: the :class:`~tra_dask.optimizer.target.Target` a plan on
+    ``workers`` of ``client`` is made for — the one place that reads the workers'
+    memory budget, calibrates the cluster and reads where ``expr``'s cluster data
+    lives (its fixed placements; none without ``expr``).  ``room``: the budget read
+    from the workers (a :class:`MemoryBudget`, saying how it was found), or None when
+    ``memory_limit`` was given or an Objective object brings its own."""
+    objective = DEFAULT_OBJECTIVE if objective is None else objective
+    placements = (_cluster_placements(expr, client, workers) or None) if expr is not None else None
     room = None
-    own = not (objective is None or isinstance(objective, str))  # an Objective object: its own limit and cluster
+    own = not isinstance(objective, str)  # an Objective object: its own limit and cluster
     if memory_limit is None and not own:
         memory_limit = room = _memory_budget(client, workers)
     cluster = None
     if objective == "time":
         cluster = cluster_spec(client, calibrate_=calibrate, workers=workers).with_sites(len(workers))
-        cluster = cluster if on_device(expr) else cluster.on_host()  # GPU terms for device data only
+        cluster = cluster if expr is None or on_device(expr) else cluster.on_host()  # GPU terms for device data only
         if cluster.gpu is not None and room is not None and cluster.gpu.memory < room:
             # chunks on the device: its memory is the hard limit (the same share of it as of the host's)
             memory_limit = room = _device_budget(cluster.gpu)
+    target = Target(len(workers), cluster=cluster, memory_limit=memory_limit, placements=placements,
+                    cost_model=cost_model)
+    return target, room
+
+
+def _plan_for(expr, client, workers, *, optimize, memory_limit, cost_model, objective, calibrate, options, beam,
+              budget):
+    if objective is None:
+        objective = DEFAULT_OBJECTIVE
+    if not isinstance(expr, (Relation, tuple, list, dict)) and hasattr(expr, "__tra_relation__"):
+        expr = expr.__tra_relation__()
+    expr = refresh_sources(expr, client)
+    if not optimize:
+        placements = _cluster_placements(expr, client, workers) or None
+        return compile(expr, sites=len(workers), placements=placements, cost_model=cost_model)
+    target, room = target_for(client, workers, expr, memory_limit=memory_limit, calibrate=calibrate,
+                              objective=objective, cost_model=cost_model)
     cache = _plan_cache(client) if dask.config.get("tra-dask.plan-cache", True) else None
     if cache is not None:
+        placements = target.placement_map
         sig, sources = signature(expr, lambda s: placements[s].token if placements and s in placements else None)
-        key = (sig, tuple(workers), cost_model, _objective_token(objective), cluster, beam, budget,
-               room is None and memory_limit)
-        plan = cache.get(key, expr, sources, accept=lambda p, limit: _fits(p, limit, memory_limit))
+        key = (sig, tuple(workers), cost_model, _objective_token(objective), target.cluster, options, beam, budget,
+               room is None and target.memory_limit)
+        plan = cache.get(key, expr, sources, accept=lambda p, limit: _fits(p, limit, target.memory_limit))
         if plan is not None:
             return plan
-    search = {k: v for k, v in (("beam", beam), ("budget", budget)) if v is not None}
     for again in (False, True):
         try:
-            plan = _optimize(expr, sites=len(workers), placements=placements, memory_limit=memory_limit,
-                             cost_model=cost_model, objective=objective, cluster=cluster, **search)
+            plan = _optimize(expr, target, objective=objective, options=options, beam=beam, budget=budget)
             break
         except NoPlanFits as e:
             if room is None:
@@ -97,9 +116,10 @@ def _plan_for(expr, client, workers, *, optimize, memory_limit, cost_model, obje
             more = None if again else _reclaimed_budget(client, workers)
             if more is None or more <= room:
                 raise NoPlanFits(f"{e} (the limit is the cluster's: {room.why})") from None
-            memory_limit = room = more
+            room = more
+            target = target.replace(memory_limit=float(more))
     if cache is not None:
-        cache.put(key, plan, sources, memory_limit)
+        cache.put(key, plan, sources, target.memory_limit)
     return plan
 
 
@@ -249,7 +269,7 @@ def _remember(plan: Plan, stages=(), **options) -> Plan:
     given earlier ``stages`` (:meth:`Plan.with_stage`: the array front-end's choice of
     chunking) can be made again, as for :func:`plan_for`'s own plans."""
     defaults = dict(optimize=True, memory_limit=None, cost_model="exact", objective=None, calibrate=True,
-                    beam=None, budget=None)
+                    options="auto", beam=None, budget=None)
     unknown = set(options) - set(defaults)
     if unknown:
         raise TypeError(f"_remember: unknown option(s) {sorted(unknown)}")
