@@ -15,7 +15,8 @@ A few seconds of measurements on the cluster itself (runtime layer: it talks to
   worker of a host busy);
 * **a loaded machine** — each probe runs in three windows and keeps the quiet
   reading (:func:`quiet_reading`: the highest rate, a low quantile of seconds), as
-  does every measurement below; where repeats disagree by more than 1.5x the spec's
+  do the overheads below (the bandwidth keeps its rounds' total, the matmul rate in a
+  plan its best run); where repeats disagree by more than 1.5x the spec's
   ``source`` says so and ``td.calibrate`` warns (rates read 4-17x low and task
   costs 4-12x high while other processes kept the development VM's cores busy);
 * **new memory** — the same way, the bytes/s at which a worker writes new arrays
