@@ -65,7 +65,7 @@ def test_a_row_dot_runs_at_the_pace_of_memory_not_of_blas():
     touches at the elementwise rate (an in-place add touches three per element), not
     at the matmul rate its kernel's name suggested (predicted 87% fast)."""
     spec = td.ClusterSpec(1, rates={"blas": 4e10, "elementwise": 1e9}, fresh_bandwidth=1e10)
-    n, d = 20000, 400
+    n, d = 4000, 200
     plan = _plan("ij,ij->i", [(n, d), (n, d)], [(n, d), (n, d)], spec)
     join = _join(plan)
     assert kernel_class(join.kernel) == "elementwise"
