@@ -14,11 +14,12 @@ node:
 * a contraction (each step of an einsum's contraction path) runs on a grid of sites
   over its indices — ``p[l]`` sites along index ``l``, at most its blocks, their
   product at most the sites — found greedily (the index whose doubling saves the most
-  first): each site runs its share of the block products, receives its block of every operand not already there (an operand is
-  replicated over the grid's indices it lacks), and sends its partial result to be
-  summed when a contracted index is split; a block product at the time model's rate
-  for what it does (a GEMM at the BLAS rate of its size, a row dot or an outer
-  product at the pace of memory: :func:`~tra_dask.optimizer.time.call_rate`);
+  first): each site runs its share of the block products, receives its block of every
+  operand not already there (an operand is replicated over the grid's indices it
+  lacks), and sends its partial result to be summed when a contracted index is split;
+  a block product runs at the time model's rate for what it does (a GEMM at the BLAS
+  rate of its size, a row dot or an outer product at the pace of memory:
+  :func:`~tra_dask.optimizer.time.call_rate`);
 * any other node runs on as many sites as it has blocks, at the elementwise rate, and
   moves nothing (its inputs are cut alike);
 * every block product, summed output block, elementwise block and loaded chunk is a

@@ -337,12 +337,13 @@ class ClusterSpec:
 
     def __repr__(self):
         r = ", ".join(f"{k} {v:.3g}/s" for k, v in self.rates.items())
+        alone = ", ".join(f"{k} {v:.3g}/s" for k, v in (self.rates_alone or {}).items())
         return (f"ClusterSpec({self.sites} sites x {self.threads} thread(s), {self.memory_per_site / 2**30:.1f} GiB "
                 f"each, link {self.link_bandwidth / 1e9:.2f} GB/s, {r} (blas half rate at n={self.blas_half_size:.0f}, "
                 f"float32 x{self.blas_float32:.2g}), "
                 f"new arrays written at {self.fresh_bandwidth / 1e9:.2g} GB/s, "
                 f"{self.task_overhead * 1e3:.2f} ms/task + {self.submit_overhead * 1e3:.0f} ms/submission"
                 f"{'' if self.cores is None else f', {self.cores} cores per host'}"
-                f"{'' if not self.rates_alone else ', alone ' + ', '.join(f'{k} {v:.3g}/s' for k, v in self.rates_alone.items())}"
+                f"{'' if not self.rates_alone else ', alone ' + alone}"
                 f"{'' if self.gpu is None else f', on {self.gpu!r}'}; "
                 f"{self.source})")

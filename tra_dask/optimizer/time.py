@@ -110,8 +110,9 @@ from ..types import ArrayType
 from .cluster import ClusterSpec
 from .cost import Cost, chunk_bytes
 
-__all__ = ["kernel_class", "contraction_class", "memory_bound_rate", "kernel_rate", "call_rate", "write_bandwidth", "plan_seconds", "with_seconds", "node_seconds_per_site", "task_seconds",
-           "fusion_for", "CHEAP_TASKS", "LATE_GRANULES"]
+__all__ = ["kernel_class", "contraction_class", "memory_bound_rate", "kernel_rate", "call_rate", "write_bandwidth",
+           "plan_seconds", "with_seconds", "node_seconds_per_site", "task_seconds", "fusion_for", "CHEAP_TASKS",
+           "LATE_GRANULES"]
 
 # A task that runs at most this many per-task overheads is cheap: the fusion pass
 # (physical.work) may run it inside its reader although the reader waits for a
@@ -281,7 +282,8 @@ def _rate(kernel, cls: str, shapes, dtype, blas: float, elementwise: float, blas
     memory = memory_bound_rate(kernel, shapes, dtype, base) if contraction else None
     if cls != "blas":
         return memory or base
-    peak = blas * blas_multiple  # (complex64: cgemm's real flops run at sgemm's rate; its flops count 4 per multiply-add)
+    # (complex64: cgemm's real flops run at sgemm's rate; its flops count 4 per multiply-add)
+    peak = blas * blas_multiple
     if half and shapes is not None:
         try:  # one call's product size n (of n x n x n) on the first (interior) chunk shapes
             n = max(float(kernel.flops(*shapes)) / 2, 1.0) ** (1 / 3)
