@@ -217,7 +217,7 @@ def cluster(client):
 
 
 def test_calibrate_a_local_cluster(cluster):
-    spec = td.calibrate(cluster)
+    spec = td.calibrate(cluster, refresh=True)  # (refresh: the runtime plans on it from now on)
     assert spec.sites == 2 and spec.threads == 1 and spec.hosts == (0, 0)
     assert spec.rates["blas"] > spec.rates["elementwise"] > 0  # a matrix product runs faster per flop
     assert 1e7 < spec.bandwidth < 1e12 and 0 < spec.task_overhead < 0.05 and 0 < spec.submit_overhead < 2
@@ -231,8 +231,10 @@ def test_calibrate_a_local_cluster(cluster):
     from dask.system import CPU_COUNT  # the cores the workers may use (this process's are theirs)
 
     assert spec.cores == CPU_COUNT and f"{CPU_COUNT} cores per host" in repr(spec)
-    # cached per cluster: the runtime measures once
-    assert td.cluster_spec(cluster) is td.cluster_spec(cluster)
+    # measured alone too: kept only where a worker ran faster with its host's others idle
+    assert spec.rates_alone is None or all(spec.rates_alone[k] > spec.rates[k] for k in spec.rates_alone)
+    # cached per cluster: the runtime measures once (here: the refreshed spec)
+    assert td.cluster_spec(cluster) is spec and td.cluster_spec(cluster) is td.cluster_spec(cluster)
     # a plan for it runs and its bytes are as predicted
     rng = np.random.default_rng(1)
     e = matmul(_mat(rng, (300, 200), (100, 100), "A"), _mat(rng, (200, 100), (100, 50), "B"))

@@ -256,6 +256,11 @@ class Kernel:
     params : tuple
         Parameters of a parametrised kernel (e.g. ``scale(0.1)``), part of identity;
         passed to ``fn`` after the chunks.
+    subscripts : str or None
+        What a contraction kernel does to its chunks, as einsum subscripts
+        (``"ij,jk->ik"`` for ``matmul``): the time model classes the kernel by them
+        (a GEMM is compute bound, a row dot or an outer product memory bound).
+        None for any other kernel.
     """
 
     name: str
@@ -272,6 +277,7 @@ class Kernel:
     opaque: bool = False
     elementwise: bool = False
     probe: Callable | None = None  # (shapes, dtypes) -> (shape, dtype), when no rule is declared
+    subscripts: str | None = None
 
     def __post_init__(self):
         if self.arity not in (1, 2):
@@ -292,6 +298,12 @@ class Kernel:
 
     def __call__(self, *chunks):
         return self.fn(*on_device_of(chunks), *self.params)
+
+    @property
+    def stages(self) -> tuple:
+        """The kernels a composition (:func:`compose`) runs one after another, first
+        first; ``(self,)`` for any other kernel."""
+        return _stages(self)
 
     def out_type(self, *inputs: ArrayType) -> ArrayType:
         """Output chunk type for input chunk types; :class:`KernelTypeError` if they
@@ -608,11 +620,11 @@ def _matmul_nt(a, b): return array_module(a, b).matmul(a, b.T)
 
 
 register(Kernel("matmul", _matmul, 2, _matmul_shape, associative=True,
-                flops=lambda a, b: 2 * a[0] * a[1] * b[1]))
+                flops=lambda a, b: 2 * a[0] * a[1] * b[1], subscripts="ij,jk->ik"))
 register(Kernel("matmul_tn", _matmul_tn, 2, lambda a, b: _matmul_shape(a, b, ta=True),
-                flops=lambda a, b: 2 * a[0] * a[1] * b[1]))
+                flops=lambda a, b: 2 * a[0] * a[1] * b[1], subscripts="ji,jk->ik"))
 register(Kernel("matmul_nt", _matmul_nt, 2, lambda a, b: _matmul_shape(a, b, tb=True),
-                flops=lambda a, b: 2 * a[0] * a[1] * b[0]))
+                flops=lambda a, b: 2 * a[0] * a[1] * b[0], subscripts="ij,kj->ik"))
 
 
 def _relu_grad(g, z):

@@ -147,8 +147,8 @@ def einsum_kernel(sub: str, dtype: str | None = None) -> Kernel:
     for pairs).  ``dtype``: compute in it (the whole einsum's result type: numpy
     sums booleans as counts once any operand is numeric, so a partial sum of two
     boolean operands must not be a logical or).  Named ``tensordot`` when two
-    operands share a summed index (a matrix-product kernel for the time model),
-    else ``einsum``.  Indices may be any characters (renamed to letters for
+    operands share a summed index, else ``einsum``; the time model classes it by
+    its ``subscripts``.  Indices may be any characters (renamed to letters for
     numpy; past 52 of them, ``tensordot`` or a broadcast product)."""
     ins, out = sub.split("->")
     ins = ins.split(",")
@@ -160,7 +160,7 @@ def einsum_kernel(sub: str, dtype: str | None = None) -> Kernel:
     rule = (lambda *d: np.result_type(*d)) if dtype is None else (lambda *d: np.dtype(dtype))
     letters = _as_letters(sub)
     return Kernel(name, _einsum if letters else _einsum_wide, len(ins), shape, dtype=rule, flops=flops,
-                  params=(letters or sub, dtype))
+                  params=(letters or sub, dtype), subscripts=sub)
 
 
 # ---------------------------------------------------------------------------

@@ -14,10 +14,12 @@ node:
 * a contraction (each step of an einsum's contraction path) runs on a grid of sites
   over its indices — ``p[l]`` sites along index ``l``, at most its blocks, their
   product at most the sites — found greedily (the index whose doubling saves the most
-  first): each site runs its share of the block products at the BLAS rate of the
-  block size, receives its block of every operand not already there (an operand is
-  replicated over the grid's indices it lacks), and sends its partial result to be
-  summed when a contracted index is split;
+  first): each site runs its share of the block products, receives its block of every
+  operand not already there (an operand is replicated over the grid's indices it
+  lacks), and sends its partial result to be summed when a contracted index is split;
+  a block product runs at the time model's rate for what it does (a GEMM at the BLAS
+  rate of its size, a row dot or an outer product at the pace of memory:
+  :func:`~tra_dask.optimizer.time.call_rate`);
 * any other node runs on as many sites as it has blocks, at the elementwise rate, and
   moves nothing (its inputs are cut alike);
 * every block product, summed output block, elementwise block and loaded chunk is a
@@ -35,6 +37,8 @@ import math
 
 import numpy as np
 
+from ..optimizer.time import call_rate
+from .chunk_ops import einsum_kernel
 from .einsum import contraction_paths
 from .nodes import Einsum, Leaf
 
@@ -55,19 +59,11 @@ class Estimator:
         self.threads = 1 if gpu is not None else spec.threads
         self.link = spec.link_bandwidth
         self.fresh = spec.fresh_bandwidth if gpu is None else gpu.elementwise * 24 / gpu.sharing
-        self.half = spec.blas_half_size if gpu is None else gpu.blas_half_size
         self.memory = spec.memory_budget
         self.launch = 0.0 if gpu is None else gpu.launch
         self.footprints: dict = {}
 
     # -- rates -------------------------------------------------------------------------
-    def _blas_peak(self, dtype) -> float:
-        dtype = np.dtype(dtype)
-        real = np.empty(0, dtype).real.dtype
-        if self.spec.gpu is not None:
-            return self.spec.gpu.blas_rate(real) / self.spec.gpu.sharing
-        return self.spec.rates["blas"] * (self.spec.blas_float32 if real == np.float32 else 1.0)
-
     def _elementwise_rate(self, dtype) -> float:
         narrow = 8 / max(min(np.dtype(dtype).itemsize, 16), 2)
         if self.spec.gpu is not None:
@@ -186,8 +182,9 @@ class Estimator:
         self._footprint = max(self._footprint, work * itemsize)
         if work * itemsize > self.memory:  # one product's operands and result do not fit on a site
             return math.inf, 0
-        n3 = max(per_call / 2, 1.0) ** (1 / 3)
-        rate = self._blas_peak(dtype) / (1 + self.half / n3) * self.threads
+        sub = ",".join(group) + "->" + out
+        rate = call_rate(einsum_kernel(sub), [tuple(max(1, math.ceil(chunk[pos[c]])) for c in g) for g in group],
+                         np.dtype(dtype), self.spec) * self.threads
         out_blocks = math.prod(b[i] for i in outs)
         out_size = math.prod(sizes[c] for c in out)
         inputs = [(g, math.prod(sizes[c] for c in grp), min(math.prod(b[i] for i in g), self.sites))

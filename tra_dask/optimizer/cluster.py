@@ -8,10 +8,11 @@ worker's dispatch: in practice a serial pipeline, so it is charged per task of t
 whole plan).  The defaults are honest for a laptop-class machine (measured on the
 2-core development VM); :func:`tra_dask.calibrate` measures a real cluster.
 
-Kernel classes: ``"blas"`` (matmul and products built on it: compute-bound, rate in
-flops/s, lower on small chunks: ``rate(n) = peak / (1 + blas_half_size / n)`` for a
-product of about n×n×n) and ``"elementwise"`` (everything else: memory-bound, rate in
-elements/s — ``Kernel.flops`` of an elementwise kernel is one per element).
+Kernel classes: ``"blas"`` (a GEMM: compute-bound, rate in flops/s, lower on small
+chunks: ``rate(n) = peak / (1 + blas_half_size / n)`` for a product of about n×n×n)
+and ``"elementwise"`` (everything else: memory-bound, rate in elements/s of an add
+into an array the worker has — ``Kernel.flops`` of an elementwise kernel is one per
+element; a new array it makes is priced at ``fresh_bandwidth``).
 
 A spec is a small JSON file (:meth:`ClusterSpec.save`, :meth:`ClusterSpec.load`), so
 a user can calibrate once and reuse it.
@@ -143,7 +144,14 @@ class ClusterSpec:
     computes on a GPU and the plan's chunks live there (the runtime sets it for plans
     over cupy data on GPU workers, and leaves it None for host data); its memory is
     then the limit per site (:attr:`memory_budget`).  ``source``: where the numbers
-    come from."""
+    come from.  ``rates_alone``: kernel class -> rate per thread of a worker whose
+    host's other workers idle, where that is faster than ``rates`` (those of every
+    worker busy at once, which ``td.calibrate`` measures both ways: single-threaded
+    dgemm ran 21-24 GFLOP/s alone on the development VM and 8-10 each with two
+    running); a class not named (or None) runs as fast alone as the host's cores
+    allow (``cores``; the rates themselves where every thread has a core).  The time
+    model prices a node's site by how many of its host's workers are busy during that
+    node (:attr:`shared_hosts`)."""
 
     sites: int
     memory_per_site: float = 4e9
@@ -160,6 +168,7 @@ class ClusterSpec:
     cores: int | None = None
     gpu: GpuSpec | None = None
     source: str = "defaults (a laptop-class machine)"
+    rates_alone: dict | None = None
 
     def __post_init__(self):
         where = "ClusterSpec"
@@ -188,6 +197,17 @@ class ClusterSpec:
                 raise ValueError(f"{where}: unknown kernel class {k!r} in rates; valid: {', '.join(DEFAULT_RATES)}")
             rates[k] = _positive(where, f"rates[{k!r}]", v)
         object.__setattr__(self, "rates", rates)
+        if self.rates_alone is not None:
+            if not isinstance(self.rates_alone, dict):
+                raise TypeError(f"{where}: rates_alone must be a dict {{kernel class: rate}} or None, "
+                                f"got {self.rates_alone!r}")
+            alone = {}
+            for k, v in self.rates_alone.items():
+                if k not in DEFAULT_RATES:
+                    raise ValueError(f"{where}: unknown kernel class {k!r} in rates_alone; valid: "
+                                     f"{', '.join(DEFAULT_RATES)}")
+                alone[k] = _positive(where, f"rates_alone[{k!r}]", v)
+            object.__setattr__(self, "rates_alone", alone)
         hosts = (0,) * self.sites if self.hosts is None else tuple(self.hosts)
         if len(hosts) != self.sites:
             raise ValueError(f"{where}: hosts names {len(hosts)} sites' hosts; the cluster has {self.sites} sites")
@@ -215,7 +235,7 @@ class ClusterSpec:
             h = hash((self.sites, self.memory_per_site, self.bandwidth, self.bandwidth_local, self.hosts,
                       tuple(sorted(self.rates.items())), self.task_overhead, self.submit_overhead,
                       self.blas_half_size, self.blas_float32, self.fresh_bandwidth, self.threads, self.cores,
-                      self.gpu))
+                      self.gpu, tuple(sorted((self.rates_alone or {}).items()))))
             object.__setattr__(self, "_hash", h)
         return h
 
@@ -224,15 +244,20 @@ class ClusterSpec:
 
     @property
     def shared_hosts(self) -> tuple:
-        """The hosts whose workers' threads outnumber their cores, each as
+        """The hosts whose workers run faster while others of the host idle, each as
         ``(its sites, alone, together)``: ``sites`` an index array; a site's seconds
-        at the spec's rates times ``alone`` is what it takes with the host to itself,
-        the host's summed seconds times ``together`` what they take sharing its cores.
-        The rates are calibrated with one thread per worker busy at once (per-thread
-        rate ``R·min(1, C/W)`` for a per-core rate ``R``, ``W`` workers, ``C`` cores),
-        so with ``T`` threads per worker ``alone = min(1, C/W)·T/min(T, C)`` and
-        ``together = min(1, C/W)·T/min(W·T, C)`` (3 one-thread workers on 2 cores:
-        2/3 and 1/3).  Empty where every thread has a core."""
+        at the spec's rates times ``alone[cls]`` is what it takes on a node whose
+        kernels are of class ``cls`` (``alone[None]``: any other node) with the host
+        to itself, the host's summed seconds times ``together`` what they take
+        sharing it — a host's workers share its capacity, and a busy one takes what
+        the idle ones leave, up to its rate alone.  The rates are those of one
+        thread per worker busy at once (per-thread rate ``R·min(1, C/W)`` for a
+        per-core rate ``R``, ``W`` workers, ``C`` cores), so with ``T`` threads per
+        worker ``together = min(1, C/W)·T/min(W·T, C)`` (``1/W`` where every thread
+        has a core) and, where the rate alone was not measured, ``alone =
+        min(1, C/W)·T/min(T, C)`` (3 one-thread workers on 2 cores: 2/3 and 1/3);
+        where it was (``rates_alone``), ``alone[cls] = rates[cls] /
+        rates_alone[cls]``.  Empty where no worker runs faster alone."""
         return self._sharing()[0]
 
     @property
@@ -246,16 +271,20 @@ class ClusterSpec:
             import numpy as np
 
             groups: list = []
-            if self.cores is not None:
-                by_host: dict = {}
-                for i, h in enumerate(self.hosts):
-                    by_host.setdefault(h, []).append(i)
-                c, t = self.cores, self.threads
-                for sites in by_host.values():
-                    w = len(sites)
-                    if w * t > c:
-                        calibrated = min(1.0, c / w)
-                        groups.append((np.array(sites), calibrated * t / min(t, c), calibrated * t / min(w * t, c)))
+            by_host: dict = {}
+            for i, h in enumerate(self.hosts):
+                by_host.setdefault(h, []).append(i)
+            t = self.threads
+            measured = {k: self.rates[k] / v for k, v in (self.rates_alone or {}).items() if v > self.rates[k]}
+            for sites in by_host.values():
+                w = len(sites)
+                c = w * t if self.cores is None else self.cores
+                if w * t <= c and not (w > 1 and measured):
+                    continue
+                calibrated = min(1.0, c / w)
+                cores = calibrated * t / min(t, c)
+                alone = {None: cores, **{k: measured.get(k, cores) for k in self.rates}}
+                groups.append((np.array(sites), alone, calibrated * t / min(w * t, c)))
             taken = {int(i) for sites, _, _ in groups for i in sites}
             got = (tuple(groups), np.array([i for i in range(self.sites) if i not in taken], dtype=int))
             object.__setattr__(self, "_shared", got)
@@ -308,11 +337,13 @@ class ClusterSpec:
 
     def __repr__(self):
         r = ", ".join(f"{k} {v:.3g}/s" for k, v in self.rates.items())
+        alone = ", ".join(f"{k} {v:.3g}/s" for k, v in (self.rates_alone or {}).items())
         return (f"ClusterSpec({self.sites} sites x {self.threads} thread(s), {self.memory_per_site / 2**30:.1f} GiB "
                 f"each, link {self.link_bandwidth / 1e9:.2f} GB/s, {r} (blas half rate at n={self.blas_half_size:.0f}, "
                 f"float32 x{self.blas_float32:.2g}), "
                 f"new arrays written at {self.fresh_bandwidth / 1e9:.2g} GB/s, "
                 f"{self.task_overhead * 1e3:.2f} ms/task + {self.submit_overhead * 1e3:.0f} ms/submission"
                 f"{'' if self.cores is None else f', {self.cores} cores per host'}"
+                f"{'' if not self.rates_alone else ', alone ' + alone}"
                 f"{'' if self.gpu is None else f', on {self.gpu!r}'}; "
                 f"{self.source})")

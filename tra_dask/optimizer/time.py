@@ -5,7 +5,7 @@ the per-node costs of :mod:`.cost`): per node and site, the flops its kernels ru
 and for a Broadcast/Shuffle the floats each site receives and sends; and the plan's
 tasks.  Per node and site:
 
-    seconds = flops / (rate of the kernel's class at its chunk size × threads)
+    seconds = flops / (rate of what the kernel does, on its chunks × threads)
             + bytes of the new arrays its kernel tasks make / new-memory bandwidth
             + (floats received + floats sent) × itemsize / link bandwidth
 
@@ -31,12 +31,18 @@ memoised per-node terms) and because the lowered graph runs node by node on each
 site.  It does not model a site starting the next node while another still works
 on the previous one (pipelining), nor transfers sharing a link with computation.
 
-Where a host's workers have more threads than it has cores (``spec.cores``: 3
-single-threaded workers on 2 cores), the rates ``td.calibrate`` measured are those of
-a worker thread while one thread of every worker of the host is busy, and "its busiest
-site" is :func:`busiest`: the larger of that site's seconds with the host to itself
-and the host's seconds all together over its cores (``ClusterSpec.shared_hosts`` has
-the factors) — a worker that idles gives its cores to the others.  Without it the
+The rates ``td.calibrate`` measures are those of a worker thread while one thread of
+every worker of the host is busy.  Where a worker runs faster while the others of its
+host idle — more threads than cores (``spec.cores``: 3 single-threaded workers on 2
+cores), or rates measured alone (``spec.rates_alone``: single-threaded dgemm ran
+21-24 GFLOP/s alone on the development VM's 2 cores and 8-10 each with two running) —
+"its busiest site" is :func:`busiest`: the larger of that site's seconds with the host
+to itself (at the rate alone of the node's kernel class) and the host's seconds all
+together over its capacity (``ClusterSpec.shared_hosts`` has the factors): a worker
+that idles gives its share to the others, so a node that keeps one worker of a host
+busy runs at the rate alone, and one that keeps k of them busy in between.  Before
+the rates alone a one-block 4200x280x4200 multiply on 2 workers was predicted
+1.8-1.9x slower than the split plans and ran as fast or faster.  Without it the
 model balanced the 16 products of an 8000x1000x8000 multiply 6/5/5 over 3 workers on
 2 cores by moving 244 MiB where Dask's 8/4/4 moved 137 and ran 0.78 s to the balanced
 plan's 0.84 s; in an A/B on a 3-worker table of 16 cases it chose differently in 4,
@@ -51,9 +57,16 @@ counts both directions: a one-way copy alone then takes what it takes alone (1.7
 GB/s between two of 3 workers on the development VM's 2 cores, where the ring's
 both-ways rate read 1.2-2.2 GB/s), and a shuffle what the ring took.
 
-Kernel classes: ``"blas"`` for kernels built on a matrix product (compute bound; the
-rate falls on small chunks, see :class:`ClusterSpec`), ``"elementwise"`` for every
-other kernel (memory bound: its flop count is about one per element touched).  Rates
+Kernel classes, by what a kernel does (:func:`kernel_class`): ``"blas"`` for a GEMM
+by its einsum ``subscripts`` (compute bound; the rate falls on small chunks, see
+:class:`ClusterSpec`), ``"elementwise"`` for every other kernel (memory bound: an
+elementwise kernel's flop count is one per element).  A contraction that is not a
+GEMM (a row dot ``ij,ij->i``, an outer product, a matrix-vector product) runs at the
+pace of memory: the elements its call touches — operands read, result written once —
+at the elementwise rate, which counts an in-place add's three touches per element
+(:func:`memory_bound_rate`; filed as BLAS by its name, a row dot was predicted 87%
+fast), and a GEMM never faster than that (a product with a small contracted
+dimension writes more than it computes).  Rates
 are calibrated in float64; a float32 matmul runs at the spec's measured ``blas_float32``
 multiple of the float64 rate (it was taken as 2: the float32 rows of the benchmarks
 were over-predicted by 18-48% where their kernels ran 2.3x the float64 rate), other
@@ -61,9 +74,13 @@ matmuls at the float64 rate (complex64 at the float32 multiple, counted at 4 rea
 flops per complex multiply-add: ``kernels.flop_factor``); elementwise kernels at 8 /
 itemsize times theirs (a narrower dtype faster, a complex128 one half as fast).
 A kernel task's result is a new array (one per task: ``physical.work``'s task list),
-written at the spec's ``fresh_bandwidth`` (``td.calibrate`` measures it: fast where
+made at the spec's ``fresh_bandwidth`` (``td.calibrate`` measures it: fast where
 the worker reuses memory it freed, as slow as a transfer where every new array
-faults its pages in on a virtual machine whose host hands out memory lazily).
+faults its pages in on a virtual machine whose host hands out memory lazily).  That
+is the only charge for making the result: the elementwise rate is calibrated on an
+add into an array the worker has (``np.add(x, y, out=z)``).  Calibrated on an add
+that allocates its result, the rate already paid for the new array and the term paid
+again (an outer product, whose work is its result, was predicted 3.2x its time).
 Loading a ``from_function`` chunk and scattering a ``from_numpy`` chunk count as
 tasks only (the data is made or sent before a benchmark's clock starts).
 
@@ -86,14 +103,16 @@ import functools
 
 import numpy as np
 
-from ..kernels import Kernel
+from ..kernels import Kernel, flop_factor
 from ..physical import Broadcast, KeyArrayMap, LocalAggregate, LocalJoin, LocalMap, Shuffle
 from ..physical.work import Fusion
+from ..types import ArrayType
 from .cluster import ClusterSpec
 from .cost import Cost, chunk_bytes
 
-__all__ = ["kernel_class", "kernel_rate", "write_bandwidth", "plan_seconds", "with_seconds", "node_seconds_per_site", "task_seconds",
-           "fusion_for", "CHEAP_TASKS", "LATE_GRANULES"]
+__all__ = ["kernel_class", "contraction_class", "memory_bound_rate", "kernel_rate", "call_rate", "write_bandwidth",
+           "plan_seconds", "with_seconds", "node_seconds_per_site", "task_seconds", "fusion_for", "CHEAP_TASKS",
+           "LATE_GRANULES"]
 
 # A task that runs at most this many per-task overheads is cheap: the fusion pass
 # (physical.work) may run it inside its reader although the reader waits for a
@@ -120,11 +139,69 @@ CHEAP_TASKS = 2.0
 LATE_GRANULES = 4
 
 
+def contraction_class(subscripts: str) -> str:
+    """The class of a contraction of chunks by what it does (its einsum
+    ``subscripts``), not by its kernel's name: ``"blas"`` for a GEMM, batched or not —
+    two operands, an index summed that both have, and on each side a kept index the
+    other lacks (``ij,jk->ik``, ``ji,jk->ik``, ``bij,bjk->bik``: each element read
+    takes part in many multiply-adds); ``"elementwise"`` (memory bound) for the rest:
+    a row dot ``ij,ij->i``, a product then a sum, an outer product ``i,j->ij``, a
+    matrix-vector product ``ij,j->i``, a one-operand sum (an element read takes part
+    in one or two flops).
+
+    >>> [contraction_class(s) for s in ("ij,jk->ik", "bij,bjk->bik", "ij,ij->i", "i,j->ij", "ij,j->i")]
+    ['blas', 'blas', 'elementwise', 'elementwise', 'elementwise']
+    """
+    ins, out = subscripts.split("->")
+    ins = ins.split(",")
+    if len(ins) != 2 or any(len(set(s)) < len(s) for s in ins):
+        return "elementwise"
+    a, b = (set(s) for s in ins)
+    kept = set(out)
+    return "blas" if (a & b) - kept and (a - b) & kept and (b - a) & kept else "elementwise"
+
+
 def kernel_class(kernel) -> str:
-    """``"blas"`` when the kernel (or one part of a composition) is a matrix
-    product, else ``"elementwise"``."""
-    name = getattr(kernel, "name", "") if isinstance(kernel, Kernel) else ""
-    return "blas" if any(part.startswith(("matmul", "tensordot", "dot")) for part in name.split("∘")) else "elementwise"
+    """``"blas"`` when the kernel (or one stage of a composition) is a GEMM by its
+    ``subscripts`` (:func:`contraction_class`); a kernel that carries none (a user's)
+    by its name: ``matmul``, ``tensordot`` or ``dot`` at the start of a part of it;
+    else ``"elementwise"``."""
+    if not isinstance(kernel, Kernel):
+        return "elementwise"
+    for k in kernel.stages:
+        if k.subscripts is not None:
+            if contraction_class(k.subscripts) == "blas":
+                return "blas"
+        elif any(part.startswith(("matmul", "tensordot", "dot")) for part in k.name.split("∘")):
+            return "blas"
+    return "elementwise"
+
+
+def _call_shapes(node) -> list | None:
+    """The chunk shapes one call of the node's kernel sees (its first, interior
+    chunks), or None where a child has no chunk."""
+    try:
+        return [c.type.shapes[0] for c in node.children]
+    except Exception:  # no chunk to read
+        return None
+
+
+def memory_bound_rate(kernel, shapes, dtype, elementwise: float) -> float | None:
+    """Flops/s of one call of a contraction ``kernel`` on chunks of ``shapes`` that
+    runs at the pace of memory: the elements it touches (its operands read once, its
+    result written once) at the pace of an in-place add, which touches three per
+    element it counts (the ``elementwise`` rate, already scaled for ``dtype``).  None
+    where the kernel's type or flops rule cannot say."""
+    try:
+        ins = [ArrayType(tuple(s), np.dtype(dtype)) for s in shapes]
+        out = kernel.out_type(*ins).shape
+        flops = float(kernel.flops(*shapes)) * flop_factor(kernel, [dtype])
+    except Exception:  # an opaque rule
+        return None
+    touched = sum(float(np.prod(s)) for s in shapes) + float(np.prod(out))
+    if flops <= 0 or touched <= 0:
+        return None
+    return elementwise * 3 * flops / touched
 
 
 def _kernel_of(node):
@@ -171,28 +248,49 @@ def write_bandwidth(spec: ClusterSpec) -> float:
 
 def kernel_rate(node, spec: ClusterSpec) -> float:
     """Flops (elements) per second per thread of the node's kernel on its chunks."""
-    kernel = _kernel_of(node)
-    cls = kernel_class(kernel)
-    if spec.gpu is not None:
-        return _gpu_rate(node, kernel, cls, spec.gpu)
     # rates are for float64: a float32 matmul runs at the spec's multiple of it
     # (td.calibrate measures it: 2.3-2.5x on the development VM), other matmuls at the
     # float64 rate (numpy has no BLAS for integers or float16: not faster, and not
-    # measured); elementwise kernels move narrower items that many times faster
-    dtype = node.type.dtype
-    if cls == "blas":  # (complex64: cgemm's real flops run at sgemm's rate; its flops count 4 per multiply-add)
-        peak = spec.rates[cls] * (spec.blas_float32 if dtype in (np.float32, np.complex64) else 1.0)
-    else:
-        peak = spec.rates[cls] * _narrow(dtype)
-    if cls != "blas" or not spec.blas_half_size:
-        return peak
-    try:  # one call's product size n (of n x n x n) on the first (interior) chunk shapes
-        shapes = [c.type.shapes[0] for c in node.children]
-        per_call = float(kernel.flops(*shapes))
-    except Exception:  # an opaque shape rule: the peak
-        return peak
-    n = max(per_call / 2, 1.0) ** (1 / 3)
-    return peak / (1 + spec.blas_half_size / n)
+    # measured); elementwise kernels move narrower items that many times faster.  On a
+    # GPU: matmul at the device's rate for the dtype, lower on small products
+    # (gpu.blas_half_size), elementwise kernels at its float64 rate times 8 / itemsize
+    return call_rate(_kernel_of(node), _call_shapes(node), node.type.dtype, spec)
+
+
+def call_rate(kernel, shapes, dtype, spec: ClusterSpec) -> float:
+    """Flops (elements) per second per thread of one call of ``kernel`` on chunks of
+    ``shapes`` making ``dtype`` (on the spec's GPU when it has one): the time model's
+    rate, which the front-end's chunking estimate shares."""
+    cls = kernel_class(kernel)
+    if spec.gpu is not None:
+        gpu = spec.gpu
+        return _rate(kernel, cls, shapes, dtype, gpu.blas_rate(_real_dtype(dtype)) / gpu.sharing,
+                     gpu.elementwise / gpu.sharing, 1.0, gpu.blas_half_size)
+    return _rate(kernel, cls, shapes, dtype, spec.rates["blas"], spec.rates["elementwise"],
+                 spec.blas_float32 if dtype in (np.float32, np.complex64) else 1.0, spec.blas_half_size)
+
+
+def _rate(kernel, cls: str, shapes, dtype, blas: float, elementwise: float, blas_multiple: float,
+          half: float) -> float:
+    """A call's flops/s (module doc): a kernel that names its contraction
+    (``Kernel.subscripts``) is priced by what it does — a memory-bound one by the
+    elements it touches, a GEMM at the BLAS rate of its size but never faster than its
+    elements can be touched (a product with a small contracted dimension writes more
+    than it computes); other kernels at their class's rate."""
+    base = elementwise * _narrow(dtype)
+    contraction = isinstance(kernel, Kernel) and kernel.subscripts is not None and shapes is not None
+    memory = memory_bound_rate(kernel, shapes, dtype, base) if contraction else None
+    if cls != "blas":
+        return memory or base
+    # (complex64: cgemm's real flops run at sgemm's rate; its flops count 4 per multiply-add)
+    peak = blas * blas_multiple
+    if half and shapes is not None:
+        try:  # one call's product size n (of n x n x n) on the first (interior) chunk shapes
+            n = max(float(kernel.flops(*shapes)) / 2, 1.0) ** (1 / 3)
+            peak = peak / (1 + half / n)
+        except Exception:  # an opaque shape rule: the peak
+            pass
+    return min(peak, memory) if memory else peak
 
 
 def _narrow(dtype) -> float:
@@ -206,22 +304,6 @@ def _real_dtype(dtype) -> np.dtype:
     """A complex dtype's real part (its matmul runs at that real dtype's flop rate)."""
     dtype = np.dtype(dtype)
     return np.empty(0, dtype).real.dtype if dtype.kind == "c" else dtype
-
-
-def _gpu_rate(node, kernel, cls: str, gpu) -> float:
-    """A kernel's flops (elements) per second on the site's GPU: matmul at the device's
-    rate for the dtype, lower on small products (``gpu.blas_half_size``), elementwise
-    kernels at its float64 rate times 8 / itemsize."""
-    dtype = node.type.dtype
-    if cls != "blas":
-        return gpu.elementwise * _narrow(dtype) / gpu.sharing
-    peak = gpu.blas_rate(_real_dtype(dtype)) / gpu.sharing
-    try:
-        per_call = float(kernel.flops(*[c.type.shapes[0] for c in node.children]))
-    except Exception:  # an opaque shape rule: the peak
-        return peak
-    n = max(per_call / 2, 1.0) ** (1 / 3)
-    return peak / (1 + gpu.blas_half_size / n)
 
 
 def task_seconds(w, spec: ClusterSpec) -> np.ndarray:
@@ -273,26 +355,31 @@ def _memo_seconds(nc, spec: ClusterSpec) -> tuple[float, np.ndarray]:
     t = memo.get(spec)
     if t is None:
         v = node_seconds_per_site(nc, spec)
-        t = memo[spec] = (busiest(v, spec), v)
+        kernel = _kernel_of(nc.node)
+        t = memo[spec] = (busiest(v, spec, None if kernel is None else kernel_class(kernel)), v)
     return t
 
 
-def busiest(v: np.ndarray, spec: ClusterSpec) -> float:
+def busiest(v: np.ndarray, spec: ClusterSpec, cls="any") -> float:
     """Seconds until every site is done with work ``v`` (seconds per site at the
-    spec's rates): the busiest site's — except on a host whose workers' threads
-    outnumber its cores (``spec.shared_hosts``), where the calibrated rates are those
-    of workers sharing the cores: there, the larger of its busiest site's seconds with
-    the host to itself and all its sites' seconds sharing its cores.  With every site
-    equally busy that is the busiest site's seconds; an idle site gives its core to
-    the others (3 workers on 2 cores: 8/4/4 products of a multiply take as long as
-    6/5/5)."""
+    spec's rates, those of every worker of a host busy at once): the busiest site's —
+    except on a host whose workers run faster while others idle
+    (``spec.shared_hosts``: more threads than cores, or rates measured alone), where it
+    is the larger of its busiest site's seconds at the rate alone (of kernel class
+    ``cls``; None: a node without a kernel; ``"any"``: the fastest of them, for a
+    bound over many nodes) and all its sites' seconds sharing the host.  With every
+    site equally busy that is the busiest site's seconds; an idle site gives its
+    share to the others (3 workers on 2 cores: 8/4/4 products of a multiply take as
+    long as 6/5/5; on 2 cores where dgemm ran 2.3x as fast alone, one busy worker
+    takes half the seconds of two)."""
     shared = spec.shared_hosts
     if not shared:
         return float(v.max(initial=0.0))
     t = float(v[spec.unshared_sites].max(initial=0.0))
     for sites, alone, together in shared:
         on = v[sites]
-        t = max(t, float(on.max()) * alone, float(on.sum()) * together)
+        a = min(alone.values()) if cls == "any" else alone.get(cls, alone[None])
+        t = max(t, float(on.max()) * a, float(on.sum()) * together)
     return t
 
 

@@ -7,8 +7,18 @@ A few seconds of measurements on the cluster itself (runtime layer: it talks to
   host are shared as they will be when a plan runs) runs a float64 matrix product
   at two sizes (``"blas"``: the peak and the size at half of it), a float32 one at
   the larger size (its rate over float64's: ``blas_float32``) and an elementwise
-  add (``"elementwise"``, elements/s) for a window, and the throughput over the
-  window counts (work done / time taken); the median over workers;
+  add into an array it has (``"elementwise"``, elements/s: the result's new array
+  is the new-memory term's) for a window, and the throughput over the window counts
+  (work done / time taken); the median over workers.  Then one worker of each host
+  with several runs the large product and the add again while the host's others
+  idle (``rates_alone``, where that is faster: the rates of a plan that keeps one
+  worker of a host busy);
+* **a loaded machine** — each probe runs in three windows and keeps the quiet
+  reading (:func:`quiet_reading`: the highest rate, a low quantile of seconds), as
+  do the overheads below (the bandwidth keeps its rounds' total, the matmul rate in a
+  plan its best run); where repeats disagree by more than 1.5x the spec's
+  ``source`` says so and ``td.calibrate`` warns (rates read 4-17x low and task
+  costs 4-12x high while other processes kept the development VM's cores busy);
 * **new memory** — the same way, the bytes/s at which a worker writes new arrays
   as a plan's kernels make them: rounds of eight arrays of up to 16 MiB, kept
   together, then freed (a kernel's results live until their readers ran).  It is
@@ -29,8 +39,9 @@ A few seconds of measurements on the cluster itself (runtime layer: it talks to
   at the ring's rate — a transfer is work at both ends, which the time model charges
   (:mod:`tra_dask.optimizer.time`);
 * **overheads** — two tra_dask plans on tiny chunks (so kernels and bytes are
-  negligible) with few and with many tasks, submitted and waited for as a user does:
-  the line through them gives the seconds per submission and per task;
+  negligible) with few and with many tasks, submitted and waited for as a user does,
+  five times each: the line through their quiet readings gives the seconds per
+  submission and per task;
 * **the matmul rate in a plan** — a multiply in 1024² blocks on persisted inputs
   with enough block products to keep every worker busy, planned for the time
   objective and run (once untimed, then the best of three): the rate at which the
@@ -50,7 +61,8 @@ A few seconds of measurements on the cluster itself (runtime layer: it talks to
   it has cores, the time model lets a busy worker take an idle one's core.
 
 The runtime calibrates a cluster once and caches the spec per scheduler address
-(:func:`cluster_spec`); ``ClusterSpec.save``/``load`` keep it in a file.
+(:func:`cluster_spec`); ``td.calibrate(client, refresh=True)`` measures it again
+and replaces the cached spec; ``ClusterSpec.save``/``load`` keep it in a file.
 """
 
 from __future__ import annotations
@@ -60,6 +72,7 @@ import datetime
 import statistics
 import threading
 import time
+import warnings
 from collections import Counter
 from urllib.parse import urlsplit
 
@@ -73,7 +86,7 @@ from ..programs import matmul, random_uniform
 from .cluster import _wait_done, run_on_workers, workers_info
 from .resident import _cluster_placements, from_dask_array, refresh_sources
 
-__all__ = ["calibrate", "cluster_spec", "set_cluster_spec"]
+__all__ = ["calibrate", "cluster_spec", "set_cluster_spec", "quiet_reading"]
 
 _CACHE: dict = {}  # (scheduler address, cluster shape) -> spec
 _CACHE_LOCKS: dict = {}
@@ -81,22 +94,41 @@ _KEY_OF: dict = {}  # (scheduler address, its workers' addresses) -> the _CACHE 
 
 
 def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.3,
-                  fresh_bytes: int = 2**27) -> dict:
-    """Run on a worker (all workers at once): the throughput of each kernel class
-    (matmul at each of ``sizes``) over a window of repetitions — work done / time
-    taken, not the best repetition's rate: where workers share cores (more workers
-    than cores on a host) a single repetition often has a core to itself, which a
-    plan keeping every worker busy does not get.  Windows of 0.3 s for the rates the
-    model uses most (elementwise, the large matmul): with 0.15 s, four calibrations of
-    one 3-worker cluster on 2 cores read the matmul rate at 6.3-8.3e10/s (and 4.6e10 in
-    another run), with 0.4 s 6.6-7.1e10; half of it for the rest (the small matmul,
-    new memory, the float32 ratio: its fastest turns)."""
+                  fresh_bytes: int = 2**27, alone: bool = False) -> dict:
+    """Run on a worker (all workers at once, or one of a host with ``alone``): the
+    throughput of each kernel class (matmul at each of ``sizes``) over windows of
+    repetitions — work done / time taken, not the best repetition's rate: where
+    workers share cores (more workers than cores on a host) a single repetition often
+    has a core to itself, which a plan keeping every worker busy does not get.  Each
+    probe runs :data:`REPEATS` windows in turn and keeps the quiet one
+    (:func:`quiet_reading`: another process's load only ever slows a window down);
+    ``"spread"`` is how far the windows of the probes disagreed (the largest ratio).
+    Windows of 0.3 s in all for the rates the model uses most (elementwise, the large
+    matmul): with 0.15 s, four calibrations of one 3-worker cluster on 2 cores read
+    the matmul rate at 6.3-8.3e10/s (and 4.6e10 in another run), with 0.4 s
+    6.6-7.1e10; half of it for the rest (the small matmul, new memory, the float32
+    ratio: its fastest turns).  The elementwise rate is an add into an array the
+    worker has (``out=``): making a kernel's result, a new array, is the new-memory
+    term's (``"fresh"``), so that the time model counts a result's write once.
+    ``alone``: the large matmul and the add only, on half the windows (the rates of
+    a worker whose host's other workers idle)."""
     import numpy as _np
 
     rng = _np.random.default_rng(0)
-    x, y = rng.random(elems), rng.random(elems)
+    x, y, z = rng.random(elems), rng.random(elems), _np.empty(elems)
+    spreads = []
 
-    out = {"elementwise": _throughput(lambda: _np.add(x, y), float(elems), seconds)}
+    def probe(fn, work, window):
+        got = quiet_reading([_throughput(fn, work, window / REPEATS) for _ in range(REPEATS)])
+        spreads.append(got[1])
+        return got[0]
+
+    if alone:
+        n = sizes[-1]
+        a, b = rng.random((n, n)), rng.random((n, n))
+        return {"elementwise": probe(lambda: _np.add(x, y, out=z), float(elems), seconds / 2),
+                f"blas{n}": probe(lambda: a @ b, 2.0 * n ** 3, seconds / 2), "spread": max(spreads)}
+    out = {"elementwise": probe(lambda: _np.add(x, y, out=z), float(elems), seconds)}
     # new arrays as a plan makes them: a round of arrays kept until their readers ran,
     # then freed, the next round written where the worker's allocator puts it (after
     # the untimed first round: memory the worker already touched, if it keeps freed
@@ -107,12 +139,40 @@ def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.3,
         kept = [_np.ones(m) for _ in range(8)]
         return len(kept)
 
-    out["fresh"] = _throughput(one_round, 64.0 * m, seconds / 2)
+    out["fresh"] = probe(one_round, 64.0 * m, seconds / 2)
     for n in sizes:
         a, b = rng.random((n, n)), rng.random((n, n))
-        out[f"blas{n}"] = _throughput(lambda a=a, b=b: a @ b, 2.0 * n ** 3, seconds if n == sizes[-1] else seconds / 2)
+        out[f"blas{n}"] = probe(lambda a=a, b=b: a @ b, 2.0 * n ** 3, seconds if n == sizes[-1] else seconds / 2)
     out["blas_float32"] = _float32_speedup(rng, sizes[-1], seconds / 2)
+    out["spread"] = max(spreads)
     return out
+
+
+# windows per probe of a rate: the quiet one is kept (quiet_reading)
+REPEATS = 3
+# repeats of a probe that disagree by more than this ratio: the machine was loaded
+# while it was measured (the spec's source says so, and td.calibrate warns)
+NOISY = 1.5
+
+
+def quiet_reading(readings, *, rate: bool = True, quantile: float = 0.25) -> tuple[float, float]:
+    """``(the quiet reading, how far the readings disagree)`` of repeats of one
+    probe.  A loaded machine only ever slows a probe down, never speeds it up, so the
+    quiet reading of a rate (``rate``) is the highest and of a cost (seconds: an
+    overhead) a low ``quantile`` (not the lowest: one lucky run of a scheduler
+    round-trip is not what every task gets); the disagreement is the largest reading
+    over the smallest (1: all alike).
+
+    >>> quiet_reading([1e9, 2.5e9, 2.4e9])
+    (2500000000.0, 2.5)
+    >>> quiet_reading([0.010, 0.002, 0.0021, 0.0022, 0.009], rate=False)
+    (0.0021, 5.0)
+    """
+    got = sorted(float(r) for r in readings)
+    if not got or got[0] <= 0 or any(not np.isfinite(r) for r in got):
+        raise ValueError(f"quiet_reading: readings must be positive and finite, got {readings!r}")
+    q = got[-1] if rate else got[min(len(got) - 1, int(quantile * len(got)))]
+    return q, got[-1] / got[0]
 
 
 def _float32_speedup(rng, n: int, seconds: float) -> float:
@@ -263,25 +323,29 @@ def _blas_fit(r_small: float, r_large: float, small: int = 64, large: int = 512)
     return r_large * (1 + half / large), half
 
 
-def _overheads(client, workers) -> tuple[float, float]:
-    """``(per submission, per task)`` seconds: plans on tiny chunks with few and many
-    tasks, each the best of three runs, and the line through them."""
+def _overheads(client, workers, runs: int = 5) -> tuple[float, float, float]:
+    """``(per submission, per task, spread)`` seconds: plans on tiny chunks with few
+    and many tasks, each run ``runs`` times, the quiet reading of each
+    (:func:`quiet_reading`: a low quantile), and the line through them; ``spread``:
+    how far the runs of one plan disagreed."""
     from .submit import submit
 
-    points = []
+    points, spread = [], 1.0
     for n in (1, 6):
         e = matmul(random_uniform((4 * n, 4 * n), (4, 4), seed=1, name="A"),
                    random_uniform((4 * n, 4 * n), (4, 4), seed=2, name="B"))
         plan = optimize(e, sites=len(workers), objective="bytes")
         walls = []
-        for _ in range(3):
+        for _ in range(runs):
             t0 = time.perf_counter()
             submit(plan, client=client, sites=workers).wait()
             walls.append(time.perf_counter() - t0)
-        points.append((plan.cost.tasks, min(walls)))
+        wall, disagree = quiet_reading(walls, rate=False)
+        points.append((plan.cost.tasks, wall))
+        spread = max(spread, disagree)
     (n1, t1), (n2, t2) = points
     per_task = max((t2 - t1) / max(n2 - n1, 1), 1e-6)
-    return max(t1 - per_task * n1, 1e-4), per_task
+    return max(t1 - per_task * n1, 1e-4), per_task, spread
 
 
 def _in_situ(client, workers, spec: ClusterSpec, build, shape: tuple, chunk: int, with_rate, lo: float,
@@ -378,10 +442,13 @@ def _noop(*args):  # noqa: ARG001
     return None
 
 
-def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
+def calibrate(client, *, transfer_bytes: int = 32 * 2**20, refresh: bool = False) -> ClusterSpec:
     """Measure ``client``'s cluster (module doc) and return its :class:`ClusterSpec`
-    (``spec.source`` says when and where it was measured; ``spec.seconds`` how long
-    it took is in the source text)."""
+    (``spec.source`` says when and where it was measured, how long it took, and
+    whether the machine looked loaded: repeats of a probe that disagreed by more than
+    :data:`NOISY` times, which also warns).  ``refresh``: the runtime plans on the new
+    spec from now on (it keeps the spec it calibrated on a cluster's first plan for
+    the cluster's life: refresh one read on a loaded machine)."""
     from distributed import Client
 
     if not isinstance(client, Client):
@@ -400,11 +467,21 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
     per_worker = run_on_workers(client, _kernel_rates, workers, fresh_bytes=int(min(2**27, memory / 8)))
     med = {k: statistics.median(r[k] for r in per_worker.values())
            for k in ("elementwise", "blas64", "blas512", "fresh", "blas_float32")}
+    spread = max(r["spread"] for r in per_worker.values())
     peak, half = _blas_fit(med["blas64"], med["blas512"])
     rates = {"blas": peak, "elementwise": med["elementwise"]}
-    submit_overhead, task_overhead = _overheads(client, workers)
-    # bandwidth: every worker at once reads an array made on another
     hosts = [info[w].get("host") or w.rsplit(":", 1)[0] for w in workers]
+    # the same kernels on one worker of each host of several while the others idle
+    firsts = [ws[0] for ws in _by_host(workers, hosts).values() if len(ws) > 1]
+    speedup = {}
+    if firsts:
+        alone = run_on_workers(client, _kernel_rates, firsts, alone=True)
+        spread = max([spread] + [r["spread"] for r in alone.values()])
+        for cls, k in (("blas", "blas512"), ("elementwise", "elementwise")):
+            speedup[cls] = statistics.median(r[k] for r in alone.values()) / med[k]
+    submit_overhead, task_overhead, noise = _overheads(client, workers)
+    spread = max(spread, noise)
+    # bandwidth: every worker at once reads an array made on another
     local_pairs, remote_pairs = _rings(workers, hosts)
     local = _bandwidth(client, local_pairs, transfer_bytes) if local_pairs else None
     remote = _bandwidth(client, remote_pairs, transfer_bytes) if remote_pairs else None
@@ -427,10 +504,35 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20) -> ClusterSpec:
     )
     # (host data: the host's model, whatever GPUs the workers have)
     blas = _in_situ_blas(client, workers, spec.on_host(), chunk=1024 if memory >= 2**30 else 512)
+    rates = dict(spec.rates, blas=blas)
     took = time.perf_counter() - started
-    return dataclasses.replace(spec, rates=dict(spec.rates, blas=blas), source=(
-        f"calibrated on {client.scheduler.address} at {stamp} in {took:.1f} s (matmul peak alone "
-        f"{rates['blas']:.3g}/s, in a plan {blas:.3g}/s)"))
+    note = ""
+    if spread > NOISY:
+        note = (f"; repeats of a probe disagreed up to {spread:.1f}x: the machine was loaded, the quiet readings "
+                f"kept (td.calibrate(client, refresh=True) when it is quiet)")
+        warnings.warn(f"td.calibrate: {client.scheduler.address}{note[1:]}", RuntimeWarning, stacklevel=2)
+    spec = dataclasses.replace(spec, rates=rates, rates_alone=_alone_rates(rates, speedup), source=(
+        f"calibrated on {client.scheduler.address} at {stamp} in {took:.1f} s (matmul peak as a "
+        f"kernel {peak:.3g}/s, in a plan {blas:.3g}/s{note})"))
+    if refresh:
+        set_cluster_spec(client, spec)
+    return spec
+
+
+def _alone_rates(rates: dict, speedup: dict, least: float = 1.1) -> dict | None:
+    """``rates_alone`` of a spec: each class's rate times how much faster its kernel
+    ran on a worker whose host's other workers idled, where that is at least
+    ``least`` times (less is the noise between two windows); None if no class."""
+    alone = {k: rates[k] * s for k, s in speedup.items() if s >= least}
+    return alone or None
+
+
+def _by_host(workers: list, hosts: list) -> dict:
+    """host -> its workers, in order."""
+    by_host: dict = {}
+    for w, h in zip(workers, hosts):
+        by_host.setdefault(h, []).append(w)
+    return by_host
 
 
 def _rings(workers: list, hosts: list) -> tuple[list, list]:
@@ -439,9 +541,7 @@ def _rings(workers: list, hosts: list) -> tuple[list, list]:
     with one worker have none), and the workers taken host by host in turn, each
     from the one before it where that one is on another host (with unequal hosts a
     worker may only send or only receive)."""
-    by_host: dict = {}
-    for w, h in zip(workers, hosts):
-        by_host.setdefault(h, []).append(w)
+    by_host = _by_host(workers, hosts)
     local = [(ws[i - 1], ws[i]) for ws in by_host.values() if len(ws) > 1 for i in range(len(ws))]
     if len(by_host) < 2:
         return local, []
