@@ -110,7 +110,7 @@ from ..types import ArrayType
 from .cluster import ClusterSpec
 from .cost import Cost, chunk_bytes
 
-__all__ = ["kernel_class", "contraction_class", "memory_bound_rate", "kernel_rate", "call_rate", "write_bandwidth",
+__all__ = ["kernel_seconds", "kernel_class", "contraction_class", "memory_bound_rate", "kernel_rate", "call_rate", "write_bandwidth",
            "plan_seconds", "with_seconds", "node_seconds_per_site", "task_seconds", "fusion_for", "CHEAP_TASKS",
            "LATE_GRANULES"]
 
@@ -216,16 +216,13 @@ def node_seconds_per_site(nc, spec: ClusterSpec) -> np.ndarray:
     """Seconds each site spends on one node (see the module doc); ``nc`` is its
     :class:`~tra_dask.optimizer.cost.NodeCost`."""
     node = nc.node
-    s = node.nsites
-    out = np.zeros(s)
+    out = np.zeros(node.nsites)
     gpu = spec.gpu
-    if nc.flops_per_site is not None and nc.flops_per_site.any():
-        out += nc.flops_per_site / (kernel_rate(node, spec) * (1 if gpu else spec.threads))
     if _kernel_of(node) is not None:
-        if nc.made_per_site is not None:
-            out += nc.made_per_site / write_bandwidth(spec)  # a kernel's results: new arrays
-        if gpu is not None and nc.tasks_per_site is not None:
-            out += nc.tasks_per_site * gpu.launch  # each kernel task launches and waits on the device
+        out += kernel_seconds(node, nc.flops_per_site, nc.made_per_site, nc.tasks_per_site, spec,
+                              threads=1 if gpu else spec.threads)
+    elif nc.flops_per_site is not None and nc.flops_per_site.any():
+        out += nc.flops_per_site / (kernel_rate(node, spec) * (1 if gpu else spec.threads))
     if isinstance(node, (Broadcast, Shuffle)) and nc.recv_per_site is not None:
         item = node.type.dtype.itemsize
         link = (nc.recv_per_site + nc.send_per_site) * item  # both ends work
@@ -306,17 +303,28 @@ def _real_dtype(dtype) -> np.dtype:
     return np.empty(0, dtype).real.dtype if dtype.kind == "c" else dtype
 
 
+def kernel_seconds(node, flops, made, tasks, spec: ClusterSpec, threads: int = 1):
+    """Seconds of a node's kernel work — THE formula, per task (:func:`task_seconds`)
+    and per site (:func:`node_seconds_per_site`, summed over a site's tasks): ``flops``
+    at the kernel's rate over ``threads`` worker threads, the ``made`` bytes of its new
+    arrays at the new-memory bandwidth, and on a GPU a launch per task (each kernel
+    task launches and waits on the device).  Arguments are arrays (per task or per
+    site) or None (nothing counted)."""
+    out = 0.0
+    if flops is not None and flops.any():
+        out = out + flops / (kernel_rate(node, spec) * threads)
+    if made is not None:
+        out = out + made / write_bandwidth(spec)
+    if spec.gpu is not None and tasks is not None:
+        out = out + tasks * spec.gpu.launch
+    return out
+
+
 def task_seconds(w, spec: ClusterSpec) -> np.ndarray:
     """Seconds each task of a node's work (:class:`~tra_dask.physical.work.NodeWork`)
-    runs on one worker thread: its kernel's flops at the kernel's rate, and the
-    array it makes at the new-memory bandwidth — a node's terms, per task."""
-    out = chunk_bytes(w.node, w.task_tuple) / write_bandwidth(spec)
-    if spec.gpu is not None:
-        out = out + spec.gpu.launch
-    flops = w.task_flops
-    if flops.any():
-        out = out + flops / kernel_rate(w.node, spec)
-    return out
+    runs on one worker thread: :func:`kernel_seconds` of one task."""
+    made = chunk_bytes(w.node, w.task_tuple)
+    return kernel_seconds(w.node, w.task_flops, made, np.ones(len(made)), spec)
 
 
 def fusion_for(spec: ClusterSpec) -> Fusion:
