@@ -161,8 +161,8 @@ def predicted(plan, spec) -> float:
 
 
 def chosen_grid(plan, case) -> str:
-    """The auto plan's chunking in the hand grids' notation (blocks per letter of the
-    inputs; a letter the inputs cut differently is listed per input)."""
+    """A plan's chunking in the hand grids' notation: blocks per letter of the inputs
+    (``c2/3`` where inputs cut letter c differently), letters of one block left out."""
     from tra_dask.physical import PSource
 
     counts: dict = {}
@@ -186,18 +186,23 @@ def _run(client, plan):
 
 @dataclasses.dataclass
 class Row:
-    """One shape on one cluster: every variant's plan, planning seconds, runs and
-    prediction; ``same[label]``: the first variant whose plan is this one's."""
+    """One shape on one cluster, per variant (label): its chunking (:func:`chosen_grid`),
+    tasks, planning seconds, runs and prediction; ``same[label]``: the first variant
+    whose plan is this one's.  (The plans themselves are not kept: they hold the inputs,
+    and with them the copies the scatter cache keeps on the workers.)"""
 
     workers: int
-    case: Case
+    name: str
+    workload: str | None
     dtype: str
-    plans: dict
+    chose: dict
+    tasks: dict
     planning: dict
     walls: dict
     flagged: dict
     predicted: dict
     same: dict
+    running: float  # seconds spent running its plans (the untimed first runs included)
 
     @property
     def auto(self) -> float:
@@ -230,6 +235,7 @@ def compare(client, p, args, dtype, spec):
                              if not x.lstrip().startswith(("chunking:", "search:"))) for k, pl in plans.items()}
         same = {k: next(j for j in plans if text[j] == text[k]) for k in plans}
         order = list(plans)
+        t0 = time.perf_counter()
         for label in order:  # untimed: sends the inputs (then kept by the scatter cache) and warms the workers
             _run(client, plans[label])
         walls = {k: [] for k in plans}
@@ -241,8 +247,11 @@ def compare(client, p, args, dtype, spec):
                 flagged[same[label]] += busy
         for k in plans:
             walls[k], flagged[k] = walls[same[k]], flagged[same[k]]
-        row = Row(p, case, dtype, plans, planning, walls, flagged, {k: predicted(pl, spec) for k, pl in plans.items()},
-                  same)
+        row = Row(p, case.name, case.workload, dtype, {k: chosen_grid(pl, case) for k, pl in plans.items()},
+                  {k: pl.cost.tasks for k, pl in plans.items()}, planning, walls, flagged,
+                  {k: predicted(pl, spec) for k, pl in plans.items()}, same, time.perf_counter() - t0)
+        del plans
+        td.drop_scattered(client)  # this shape's inputs, every cut of them, leave the workers
         rows.append(row)
         best, label = row.best_hand
         print(f"{p} workers {case.name} {dtype}: auto {row.auto:.3f}s (predicted {row.predicted['auto']:.3f}), best "
@@ -346,12 +355,13 @@ def main(argv=None):
     took = time.perf_counter() - t_start
     lines = table(all_rows, vs, machines, calib)
     every = prediction_rows(all_rows)
-    print("\n".join(lines + ["", *every, "", f"took {took:.0f} s"]))
+    planning, running = sum(sum(r.planning.values()) for r in all_rows), sum(r.running for r in all_rows)
+    print("\n".join(lines + ["", *every, "", f"took {took:.0f} s: planning {planning:.0f} s, running {running:.0f} s"]))
     command = (f"`python benchmarks/auto_chunking.py --repeat {args.repeat} --scale {args.scale} --sites "
                f"{' '.join(map(str, args.sites))}{'' if args.vs_dask else ' --no-dask'}` ({took / 60:.1f} min)")
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write("\n".join([f"# automatic chunking", "", command, "", *lines, "", *every]) + "\n")
+            f.write("\n".join(["# automatic chunking", "", command, "", *lines, "", *every]) + "\n")
         print(f"wrote {args.markdown}")
     if args.write and not args.quick and not args.only:
         from _report import write_section
@@ -377,19 +387,18 @@ def predictions(rows):
     """Every distinct plan timed: ``(row, label, predicted, measured min, measured median)``
     (a hand grid whose plan is the auto plan is counted once, as auto)."""
     return [(r, k, r.predicted[k], min(r.walls[k]), statistics.median(r.walls[k]))
-            for r in rows for k in r.plans if r.same[k] == k]
+            for r in rows for k in r.walls if r.same[k] == k]
 
 
-def error_summary(preds) -> list[str]:
+def error_stats(preds) -> str:
+    """The distribution of ``|predicted/measured - 1|`` over ``preds`` (see :func:`predictions`)."""
     errs = [pred / meas - 1 for _, _, pred, meas, _ in preds]
-    if not errs:
-        return []
     a = [abs(e) for e in errs]
-    return [f"Predicted (`plan.cost.seconds`, calibrated spec) vs measured (min of the runs), over {len(errs)} "
-            f"distinct plans timed: |predicted/measured − 1| median {_rank(a, 0.5):.0%}, 90th percentile "
-            f"{_rank(a, 0.9):.0%}, worst {max(a):.0%}; within ±30%: {_share(sum(x <= 0.3 for x in a), len(a))}; "
-            f"off by more than 2x: {sum(not 0.5 <= 1 + e <= 2 for e in errs)}; over-predicted "
-            f"{sum(e > 0 for e in errs)}, under-predicted {sum(e < 0 for e in errs)}."]
+    return (f"{len(errs)} distinct plans timed: |predicted/measured − 1| median {_rank(a, 0.5):.0%}, 90th "
+            f"percentile {_rank(a, 0.9):.0%}, worst {max(a):.0%}; within ±30%: "
+            f"{_share(sum(x <= 0.3 for x in a), len(a))}; off by more than 2x: "
+            f"{sum(not 0.5 <= 1 + e <= 2 for e in errs)}; over-predicted {sum(e > 0 for e in errs)}, "
+            f"under-predicted {sum(e < 0 for e in errs)}")
 
 
 def table(rows, vs, machines, calib):
@@ -411,11 +420,11 @@ def table(rows, vs, machines, calib):
     for r in rows:
         best, label = r.best_hand
         ratios.append(r.auto / best)
-        chose = chosen_grid(r.plans["auto"], r.case)
-        same = [k for k in r.plans if k != "auto" and chosen_grid(r.plans[k], r.case) == chose]
+        chose = r.chose["auto"]
+        same = [k for k in r.chose if k != "auto" and r.chose[k] == chose]
         if same:
             chose += f" (= {same[0][5:]})"
-        lines.append(f"| {r.workers} | {r.case.name} | {r.dtype} | {r.auto:.3f} | {label[5:]} | {best:.3f} | "
+        lines.append(f"| {r.workers} | {r.name} | {r.dtype} | {r.auto:.3f} | {label[5:]} | {best:.3f} | "
                      f"{r.auto / best:.2f} | {r.worst_hand:.3f} | {chose} | {r.predicted['auto']:.3f} | "
                      f"{r.planning['auto']:.2f} |")
     if ratios:
@@ -423,15 +432,19 @@ def table(rows, vs, machines, calib):
                       f"**{sum(x <= 1.2 for x in ratios)} of {len(ratios)} rows within 1.2x** of the best hand grid."]
     preds = predictions(rows)
     if preds:
-        lines += ["", "### predicted vs measured", "", *error_summary(preds)]
-        for p in sorted({r.workers for r in rows}):
-            lines += [f"- {p} workers: " + error_summary([x for x in preds if x[0].workers == p])[0]]
+        lines += ["", "### predicted vs measured", "",
+                  "Predicted (`plan.cost.seconds`, calibrated spec) vs measured (min of the runs), over "
+                  f"{error_stats(preds)}."]
+        workers = sorted({r.workers for r in rows})
+        if len(workers) > 1:
+            lines += [""] + [f"- {p} workers: {error_stats([x for x in preds if x[0].workers == p])}"
+                             for p in workers]
         lines += ["", "The workloads of issue 43 (the auto plan of each):", "",
                   "| workers | workload | case | predicted (s) | measured min (s) | median (s) | error |",
                   "|---|---|---|---:|---:|---:|---:|"]
-        mine = [x for x in preds if x[0].case.workload and x[1] == "auto"]
+        mine = [x for x in preds if x[0].workload and x[1] == "auto"]
         for r, _, pred, meas, med in mine:
-            lines.append(f"| {r.workers} | {r.case.workload} | {r.case.name} | {pred:.3f} | {meas:.3f} | {med:.3f} | "
+            lines.append(f"| {r.workers} | {r.workload} | {r.name} | {pred:.3f} | {meas:.3f} | {med:.3f} | "
                          f"{pred / meas - 1:+.0%} |")
         if mine:
             lines += ["", "Workloads within ±30%: " + _share(sum(abs(x[2] / x[3] - 1) <= 0.3 for x in mine), len(mine))
@@ -439,7 +452,7 @@ def table(rows, vs, machines, calib):
         worst = sorted(preds, key=lambda x: -abs(x[2] / x[3] - 1))[:10]
         lines += ["", "The 10 worst predictions:", "",
                   "| workers | case | plan | predicted (s) | measured min (s) | error |", "|---|---|---|---:|---:|---:|"]
-        lines += [f"| {r.workers} | {r.case.name} | {k} | {pred:.3f} | {meas:.3f} | {pred / meas - 1:+.0%} |"
+        lines += [f"| {r.workers} | {r.name} | {k} | {pred:.3f} | {meas:.3f} | {pred / meas - 1:+.0%} |"
                   for r, k, pred, meas, _ in worst]
     if vs:
         p, ((n, k, nchunks), out) = vs
@@ -459,11 +472,11 @@ def prediction_rows(rows) -> list[str]:
            "| workers | case | plan | same plan as | predicted (s) | measured min (s) | median (s) | error | tasks | "
            "busy runs | planning (s) |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        for k, pl in r.plans.items():
-            twins = ", ".join(j for j in r.plans if j != k and r.same[j] == r.same[k])
+        for k in r.walls:
+            twins = ", ".join(j for j in r.walls if j != k and r.same[j] == r.same[k])
             meas = min(r.walls[k])
-            out.append(f"| {r.workers} | {r.case.name} | {k} | {twins} | {r.predicted[k]:.3f} | {meas:.3f} | "
-                       f"{statistics.median(r.walls[k]):.3f} | {r.predicted[k] / meas - 1:+.0%} | {pl.cost.tasks} | "
+            out.append(f"| {r.workers} | {r.name} | {k} | {twins} | {r.predicted[k]:.3f} | {meas:.3f} | "
+                       f"{statistics.median(r.walls[k]):.3f} | {r.predicted[k] / meas - 1:+.0%} | {r.tasks[k]} | "
                        f"{r.flagged[k] or ''} | {r.planning[k]:.2f} |")
     return out
 
