@@ -90,3 +90,34 @@ def test_late_fusion_quick_run():
     before_min, before_tasks, granules_min, granules_tasks = float(rows[0][3]), int(rows[0][5]), float(rows[0][7]), \
         int(rows[0][9])
     assert before_min > 0 and granules_min > 0 and before_tasks > 0 and granules_tasks > 0
+
+
+@pytest.mark.slow
+def test_auto_chunking_quick_run(tmp_path):
+    """benchmarks/auto_chunking.py on three of its shapes, small: a row per shape with
+    auto's time over the best of at least 6 hand grids, a prediction for every plan
+    timed, its distribution, and the workloads' table (one row per workload run)."""
+    md = tmp_path / "auto.md"
+    out = subprocess.run([sys.executable, "auto_chunking.py", "--quick", "--no-dask", "--markdown", str(md),
+                          "--only", "row dot", "outer", "gram"], cwd=BENCH, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = md.read_text()
+    table = [[c.strip() for c in line.split("|")[1:-1]] for line in text.splitlines() if line.startswith("| 2 |")]
+    shapes = [r for r in table if len(r) == 11 and r[2] == "float64"]  # the comparison: one row per shape
+    assert sorted(r[1].split()[0] for r in shapes) == ["gram", "outer-like", "row"], text
+    for r in shapes:
+        auto, best, ratio, worst, pred = float(r[3]), float(r[5]), float(r[6]), float(r[7]), float(r[9])
+        assert 0 < best <= worst and auto > 0 and pred > 0 and ratio == pytest.approx(auto / best, rel=0.05, abs=0.02)
+    workloads = [r for r in table if len(r) == 7]
+    assert sorted(r[1] for r in workloads) == ["X.T @ X", "outer product", "row dot"], text
+    every = [r for r in table if len(r) == 11 and r[2] != "float64"]  # every plan timed
+    for shape in {r[1] for r in shapes}:
+        plans = [r for r in every if r[1] == shape]
+        assert len(plans) >= 7 and plans[0][2] == "auto", plans  # auto and at least 6 hand grids
+        assert all(float(r[4]) > 0 and float(r[5]) > 0 for r in plans)
+    # plans found identical (pooled) count once in the distribution
+    distinct = {(r[1], frozenset([r[2], *filter(None, r[3].split(", "))])) for r in every}
+    summary = next(line for line in text.splitlines() if line.startswith("Predicted (`plan.cost.seconds`"))
+    assert f"over {len(distinct)} distinct plans timed" in summary, summary
+    assert "rows within 1.2x" in text
