@@ -35,7 +35,7 @@ def assert_one_line_error(out, elapsed, message):
     assert out.returncode != 0, out.stdout
     assert "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
     assert out.stderr.startswith("tra-dask: error: ") and message in out.stderr, out.stderr
-    assert elapsed < 10
+    assert elapsed < 45  # an error, not a hang (its own timeouts are 5 s; generous for a loaded machine)
 
 
 @pytest.mark.cluster

@@ -229,15 +229,12 @@ def test_render_reads_counts_never_tasks():
     big = [_record(f"big{i}", 70_000) for i in range(3)]
     tracemalloc.start()
     try:
-        t0 = time.perf_counter()
         before = tracemalloc.get_traced_memory()[0]
         plugin.add_plan(big[0])
         kept = tracemalloc.get_traced_memory()[0] - before
-        took = time.perf_counter() - t0
     finally:
         tracemalloc.stop()
     assert kept < 32 * 70_000, kept  # 13 bytes a task (the record's keys are ~100 each)
-    assert took < 2.0  # ~15 ms on a quiet core; generous: a loaded CI machine
     for rec in big[1:]:
         plugin.add_plan(rec)
     for j in range(500):

@@ -58,7 +58,7 @@ def _src(shape, chunks, name, rng):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sites", [2, 3, 8])
+@pytest.mark.parametrize("sites", [3, 8])  # (2 sites: the soundness properties plan on 2 sites most)
 def test_sketched_programs_compute_the_result(sites):
     """Matmul, a chain, nearest neighbour and an FFNN step with ragged chunks, on a
     sketch: the chosen plan and every alternative simulate to the reference."""
