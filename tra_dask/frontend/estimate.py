@@ -21,7 +21,8 @@ node:
 * any other node runs on as many sites as it has blocks, at the elementwise rate, and
   moves nothing (its inputs are cut alike);
 * every block product, summed output block, elementwise block and loaded chunk is a
-  task (the per-task overhead); a chunk that does not fit in a site's memory with the
+  task (the per-task overhead); the results' way to the client where the call
+  gathers them (the time model's :func:`~tra_dask.optimizer.time.gather_seconds`); a chunk that does not fit in a site's memory with the
   operands of its product rules the chunking out (``inf``); a dask input cut
   otherwise is re-chunked (``rechunk(arr, blocks)`` seconds, the chooser's).
 
@@ -35,6 +36,7 @@ import math
 
 import numpy as np
 
+from ..optimizer.time import gather_seconds
 from .einsum import contraction_paths
 from .nodes import Einsum, Leaf
 
@@ -49,6 +51,7 @@ class Estimator:
 
     def __init__(self, classes, sites: int, spec, paths=None, rechunk=None):
         self.cl, self.sites, self.spec = classes, sites, spec
+        self.roots = list(dict.fromkeys(classes.roots))
         self.paths = dict(paths or {})
         self.rechunk = rechunk
         gpu = spec.gpu
@@ -97,6 +100,9 @@ class Estimator:
             seconds += s
             tasks += t
         self.footprints[tuple(blocks)] = self._footprint
+        results = [(math.prod(r.shape) * np.dtype(r.dtype).itemsize,
+                    math.prod(self._nblocks(r, a, blocks) for a in range(r.ndim))) for r in self.roots]
+        seconds += gather_seconds(results, self.spec)
         return self.spec.submit_overhead + tasks * (self.spec.task_overhead + self.launch) + seconds
 
     def footprint(self, blocks) -> float:

@@ -42,11 +42,16 @@ def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool =
 
 
 def planned_on(expr, client: Client, workers: list[str], *, optimize: bool = True, memory_limit=None,
-               cost_model: str = "exact", objective=None, calibrate: bool = True, beam=None, budget=None) -> Plan:
+               cost_model: str = "exact", objective=None, calibrate: bool = True, beam=None, budget=None,
+               cluster=None) -> Plan:
     """:func:`plan_for` on ``client`` and ``workers`` already resolved (a submission
-    resolves them once and plans with them, however many plans it makes)."""
+    resolves them once and plans with them, however many plans it makes).
+    ``cluster``: the :class:`~tra_dask.ClusterSpec` the time objective plans on when
+    the caller has resolved it (the array front-end: the one its chunk choice costed,
+    with what the call does with the results); None: the client's
+    (:func:`~tra_dask.runtime.calibrate.cluster_spec`)."""
     options = dict(optimize=optimize, memory_limit=memory_limit, cost_model=cost_model, objective=objective,
-                   calibrate=calibrate, beam=beam, budget=budget)
+                   calibrate=calibrate, beam=beam, budget=budget, cluster=cluster)
     plan = _plan_for(expr, client, workers, **options)
     _PLANNED_FOR[plan] = options  # submit() plans it again the same way if Dask moves its data meanwhile
     return plan
@@ -55,7 +60,8 @@ def planned_on(expr, client: Client, workers: list[str], *, optimize: bool = Tru
 _PLANNED_FOR: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # plan_for's (and the front-end's) plans -> options
 
 
-def _plan_for(expr, client, workers, *, optimize, memory_limit, cost_model, objective, calibrate, beam, budget):
+def _plan_for(expr, client, workers, *, optimize, memory_limit, cost_model, objective, calibrate, beam, budget,
+              cluster):
     if objective is None:
         objective = DEFAULT_OBJECTIVE
     if not isinstance(expr, (Relation, tuple, list, dict)) and hasattr(expr, "__tra_relation__"):
@@ -68,9 +74,10 @@ def _plan_for(expr, client, workers, *, optimize, memory_limit, cost_model, obje
     own = not (objective is None or isinstance(objective, str))  # an Objective object: its own limit and cluster
     if memory_limit is None and not own:
         memory_limit = room = _memory_budget(client, workers)
-    cluster = None
-    if objective == "time":
-        cluster = cluster_spec(client, calibrate_=calibrate, workers=workers).with_sites(len(workers))
+    if objective != "time":
+        cluster = None
+    else:
+        cluster = (cluster or cluster_spec(client, calibrate_=calibrate, workers=workers)).with_sites(len(workers))
         cluster = cluster if on_device(expr) else cluster.on_host()  # GPU terms for device data only
         if cluster.gpu is not None and room is not None and cluster.gpu.memory < room:
             # chunks on the device: its memory is the hard limit (the same share of it as of the host's)
@@ -249,7 +256,7 @@ def _remember(plan: Plan, stages=(), **options) -> Plan:
     given earlier ``stages`` (:meth:`Plan.with_stage`: the array front-end's choice of
     chunking) can be made again, as for :func:`plan_for`'s own plans."""
     defaults = dict(optimize=True, memory_limit=None, cost_model="exact", objective=None, calibrate=True,
-                    beam=None, budget=None)
+                    beam=None, budget=None, cluster=None)
     unknown = set(options) - set(defaults)
     if unknown:
         raise TypeError(f"_remember: unknown option(s) {sorted(unknown)}")
