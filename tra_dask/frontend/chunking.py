@@ -44,6 +44,7 @@ class AxisClasses:
     """The axis classes of an expression DAG (``roots``)."""
 
     def __init__(self, roots):
+        self.roots = tuple(roots)
         self.nodes = _topo(roots)
         parent: dict = {}
 

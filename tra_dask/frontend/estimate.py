@@ -23,7 +23,8 @@ node:
 * any other node runs on as many sites as it has blocks, at the elementwise rate, and
   moves nothing (its inputs are cut alike);
 * every block product, summed output block, elementwise block and loaded chunk is a
-  task (the per-task overhead); a chunk that does not fit in a site's memory with the
+  task (the per-task overhead); the results' way to the client where the call
+  gathers them (the time model's :func:`~tra_dask.optimizer.time.gather_seconds`); a chunk that does not fit in a site's memory with the
   operands of its product rules the chunking out (``inf``); a dask input cut
   otherwise is re-chunked (``rechunk(arr, blocks)`` seconds, the chooser's).
 
@@ -37,7 +38,7 @@ import math
 
 import numpy as np
 
-from ..optimizer.time import call_rate
+from ..optimizer.time import call_rate, gather_seconds
 from .chunk_ops import einsum_kernel
 from .einsum import contraction_paths
 from .nodes import Einsum, Leaf
@@ -53,6 +54,7 @@ class Estimator:
 
     def __init__(self, classes, sites: int, spec, paths=None, rechunk=None):
         self.cl, self.sites, self.spec = classes, sites, spec
+        self.roots = list(dict.fromkeys(classes.roots))
         self.paths = dict(paths or {})
         self.rechunk = rechunk
         gpu = spec.gpu
@@ -93,6 +95,9 @@ class Estimator:
             seconds += s
             tasks += t
         self.footprints[tuple(blocks)] = self._footprint
+        results = [(math.prod(r.shape) * np.dtype(r.dtype).itemsize,
+                    math.prod(self._nblocks(r, a, blocks) for a in range(r.ndim))) for r in self.roots]
+        seconds += gather_seconds(results, self.spec)
         return self.spec.submit_overhead + tasks * (self.spec.task_overhead + self.launch) + seconds
 
     def footprint(self, blocks) -> float:

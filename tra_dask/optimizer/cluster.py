@@ -33,6 +33,8 @@ __all__ = ["ClusterSpec", "GpuSpec", "DEFAULT_RATES"]
 # end to end (td.calibrate's fit)
 DEFAULT_RATES = {"blas": 4e10, "elementwise": 1e9}
 
+GATHERS = (None, "chunks", "array")  # ClusterSpec.gathers: what a call does with the results
+
 
 def _positive(where: str, name: str, v) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0) or math.isinf(v):
@@ -134,7 +136,14 @@ class ClusterSpec:
     arrays (into memory the worker freed before, or fresh pages if its allocator
     returns freed memory to the OS; the default is an ordinary machine's).
     ``task_overhead``: seconds per task of a plan, ``submit_overhead``: seconds per
-    submission.  ``threads``: per worker.  ``cores``: the cores of each host, which its
+    submission.  ``client_bandwidth``: bytes/s at which results come from the
+    workers into the client (fetched, received, deserialised), ``assemble_bandwidth``:
+    bytes/s at which the client copies gathered chunks into one new array.
+    ``gathers``: what the call does with the plan's results — None (they stay on the
+    workers: ``td.submit``), ``"chunks"`` (gathered: ``td.compute`` of a relation) or
+    ``"array"`` (gathered and assembled into one array: ``td.compute`` of a
+    ``td.Array``); the time model adds their way to the client (:meth:`gathering`
+    sets it; it is a property of the call, not of the cluster, and is not saved).  ``threads``: per worker.  ``cores``: the cores of each host, which its
     workers' threads share (None: a core per thread).  Where a host runs more threads
     than it has cores (3 single-threaded workers on 2 cores), the measured rates and
     bandwidths are those a worker thread gets while one thread of every worker of its
@@ -169,6 +178,9 @@ class ClusterSpec:
     gpu: GpuSpec | None = None
     source: str = "defaults (a laptop-class machine)"
     rates_alone: dict | None = None
+    client_bandwidth: float = 1e9
+    assemble_bandwidth: float = 2e9
+    gathers: str | None = None
 
     def __post_init__(self):
         where = "ClusterSpec"
@@ -181,7 +193,7 @@ class ClusterSpec:
             raise ValueError(f"{where}: cores must be an int >= 1 (each host's cores) or None (a core per "
                              f"thread), got {self.cores!r}")
         for name in ("memory_per_site", "bandwidth", "task_overhead", "submit_overhead", "fresh_bandwidth",
-                     "blas_float32"):
+                     "blas_float32", "client_bandwidth", "assemble_bandwidth"):
             object.__setattr__(self, name, _positive(where, name, getattr(self, name)))
         if isinstance(self.blas_half_size, bool) or not isinstance(self.blas_half_size, (int, float)) or not (
                 0 <= self.blas_half_size < float("inf")):
@@ -189,6 +201,8 @@ class ClusterSpec:
         object.__setattr__(self, "blas_half_size", float(self.blas_half_size))
         local = self.bandwidth if self.bandwidth_local is None else self.bandwidth_local
         object.__setattr__(self, "bandwidth_local", _positive(where, "bandwidth_local", local))
+        if self.gathers not in GATHERS:
+            raise ValueError(f"{where}: gathers must be one of {GATHERS}, got {self.gathers!r}")
         rates = dict(DEFAULT_RATES)
         if not isinstance(self.rates, dict):
             raise TypeError(f"{where}: rates must be a dict {{kernel class: rate}}, got {self.rates!r}")
@@ -225,6 +239,11 @@ class ClusterSpec:
         return (self.memory_per_site if self.gpu is None
                 else min(self.memory_per_site, self.gpu.memory / self.gpu.sharing))
 
+    def gathering(self, how: str | None = "array") -> "ClusterSpec":
+        """This cluster for a call that brings the results to the client as ``how``
+        says (``gathers``: None, ``"chunks"`` or ``"array"``)."""
+        return self if self.gathers == how else dataclasses.replace(self, gathers=how)
+
     def on_host(self) -> "ClusterSpec":
         """This cluster for a plan whose chunks live in host memory (no GPU terms)."""
         return self if self.gpu is None else dataclasses.replace(self, gpu=None)
@@ -235,7 +254,8 @@ class ClusterSpec:
             h = hash((self.sites, self.memory_per_site, self.bandwidth, self.bandwidth_local, self.hosts,
                       tuple(sorted(self.rates.items())), self.task_overhead, self.submit_overhead,
                       self.blas_half_size, self.blas_float32, self.fresh_bandwidth, self.threads, self.cores,
-                      self.gpu, tuple(sorted((self.rates_alone or {}).items()))))
+                      self.gpu, tuple(sorted((self.rates_alone or {}).items())), self.client_bandwidth,
+                      self.assemble_bandwidth, self.gathers))
             object.__setattr__(self, "_hash", h)
         return h
 
@@ -315,6 +335,7 @@ class ClusterSpec:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["hosts"] = list(self.hosts)
+        del d["gathers"]  # (the call's, not the cluster's)
         return d
 
     def save(self, path) -> None:
@@ -342,7 +363,10 @@ class ClusterSpec:
                 f"each, link {self.link_bandwidth / 1e9:.2f} GB/s, {r} (blas half rate at n={self.blas_half_size:.0f}, "
                 f"float32 x{self.blas_float32:.2g}), "
                 f"new arrays written at {self.fresh_bandwidth / 1e9:.2g} GB/s, "
-                f"{self.task_overhead * 1e3:.2f} ms/task + {self.submit_overhead * 1e3:.0f} ms/submission"
+                f"{self.task_overhead * 1e3:.2f} ms/task + {self.submit_overhead * 1e3:.0f} ms/submission, "
+                f"results to the client at {self.client_bandwidth / 1e9:.2g} GB/s (assembled at "
+                f"{self.assemble_bandwidth / 1e9:.2g} GB/s)"
+                f"{'' if self.gathers is None else f', gathering the results as {self.gathers}'}"
                 f"{'' if self.cores is None else f', {self.cores} cores per host'}"
                 f"{'' if not self.rates_alone else ', alone ' + alone}"
                 f"{'' if self.gpu is None else f', on {self.gpu!r}'}; "

@@ -77,6 +77,7 @@ class Cost:
     seconds: float | None = None     # predicted makespan, when costed for a cluster (optimizer/time.py)
     node_seconds: dict | None = field(default=None, repr=False)  # PNode -> seconds of its busiest site
     fused: int = 0                   # of the nodes' tasks, those that run inside their reader (physical.work)
+    results: tuple = ()              # (bytes, chunks) of each result of a whole plan (a subplan's: none)
 
     @property
     def tasks(self) -> int:
@@ -245,7 +246,14 @@ def plan_cost(outputs, model: str = "exact", *, whole: bool = False) -> Cost:
         np.max([c.peak_bytes_per_site for c in per.values()], axis=0) if per else np.zeros(s, np.int64),
         np.sum([c.flops_per_site for c in per.values()], axis=0) if per else np.zeros(s),
         per,
+        results=() if whole else tuple(_result(o) for o in dict.fromkeys(outputs)),
     )
+
+
+def _result(node: PNode) -> tuple:
+    """``(bytes, chunks)`` of a plan's result ``node``: one copy of each of its keys."""
+    t = node.type
+    return float(t.chunk_sizes.sum()) * t.dtype.itemsize, int(t.ntuples)
 
 
 def _one_transfer_per_array_and_site(nodes, need, per, digests: dict | None = None):

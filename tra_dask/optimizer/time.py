@@ -15,6 +15,15 @@ finishes early idles, which is how imbalance costs time).  The plan's makespan i
     submit_overhead + tasks × task_overhead
         + max(the longest path through the plan DAG of those node times,
               the busiest site's seconds summed over every node)
+        + gather
+
+where ``gather`` is the results' way to the client when the call brings them there
+(``spec.gathers``, :func:`gather_seconds`: ``td.compute`` does, ``td.submit`` does
+not): every result's bytes at ``client_bandwidth`` (the client receives the workers'
+chunks one after another on its one connection loop, so the sites do not add up),
+and, for a result assembled into one array from more than one chunk, its bytes again
+at ``assemble_bandwidth`` (the copy into a new array; a one-chunk result is handed
+over as it came).
 
 — a critical-path *stage* model: a node starts when its slowest input is done,
 independent branches overlap — bounded below by the work each site must do one
@@ -111,8 +120,8 @@ from .cluster import ClusterSpec
 from .cost import Cost, chunk_bytes
 
 __all__ = ["kernel_seconds", "kernel_class", "contraction_class", "memory_bound_rate", "kernel_rate", "call_rate", "write_bandwidth",
-           "plan_seconds", "with_seconds", "node_seconds_per_site", "task_seconds", "fusion_for", "CHEAP_TASKS",
-           "LATE_GRANULES"]
+           "plan_seconds", "gather_seconds", "with_seconds", "node_seconds_per_site", "task_seconds", "fusion_for",
+           "CHEAP_TASKS", "LATE_GRANULES"]
 
 # A task that runs at most this many per-task overheads is cheap: the fusion pass
 # (physical.work) may run it inside its reader although the reader waits for a
@@ -349,7 +358,21 @@ def plan_seconds(cost: Cost, spec: ClusterSpec) -> tuple[float, dict]:
         finish[node] = t + max((finish[c] for c in node.children if c in finish), default=0.0)
         on_site += v
     path = max(max(finish.values(), default=0.0), busiest(on_site, spec))
-    return (spec.submit_overhead + cost.tasks * spec.task_overhead + path, per_node)
+    return (spec.submit_overhead + cost.tasks * spec.task_overhead + path + gather_seconds(cost.results, spec),
+            per_node)
+
+
+def gather_seconds(results, spec: ClusterSpec) -> float:
+    """Seconds to bring ``results`` (``(bytes, chunks)`` of each) to the client, as
+    ``spec.gathers`` says the call does (none when it does not: see the module doc)."""
+    if spec.gathers is None:
+        return 0.0
+    seconds = 0.0
+    for nbytes, chunks in results:
+        seconds += nbytes / spec.client_bandwidth
+        if spec.gathers == "array" and chunks > 1:
+            seconds += nbytes / spec.assemble_bandwidth
+    return seconds
 
 
 def _memo_seconds(nc, spec: ClusterSpec) -> tuple[float, np.ndarray]:

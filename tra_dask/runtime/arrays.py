@@ -27,9 +27,11 @@ def plan(x, client=None, sites=None, *, calibrate: bool = True, memory_limit=Non
     return plan_on(x, client, workers, calibrate=calibrate, memory_limit=memory_limit), client, workers
 
 
-def plan_on(x, client, workers, *, calibrate: bool = True, memory_limit=None):
+def plan_on(x, client, workers, *, calibrate: bool = True, memory_limit=None, gathers=None):
     """The plan for ``x`` on ``workers`` of ``client`` (resolved by the caller),
-    chunking chosen with it.  The runtime knows how it was made
+    chunking chosen with it, for a call that does with the results what ``gathers``
+    says (:attr:`~tra_dask.ClusterSpec.gathers`: None for ``td.submit``, ``"array"``
+    for ``td.compute``): the chunk choice and the plan are costed on that one spec.  The runtime knows how it was made
     (:func:`tra_dask.runtime.submit._remember`): where Dask moves the data it reads
     before it runs (the Active Memory Manager dropping a replica), it is planned again
     for where the data is, as :func:`tra_dask.plan_for`'s plans are."""
@@ -44,12 +46,14 @@ def plan_on(x, client, workers, *, calibrate: bool = True, memory_limit=None):
 
     def plan_rel(rel, options):
         return planned_on(rel, client, workers, objective="time", calibrate=calibrate, memory_limit=memory_limit,
-                          options=options)
+                          options=options, gathers=gathers)
 
-    target, _ = target_for(client, workers, memory_limit=memory_limit, calibrate=calibrate, objective="time")
+    target, _ = target_for(client, workers, memory_limit=memory_limit, calibrate=calibrate, objective="time",
+                           gathers=gathers)
     _, p, _ = plan_chunking(x, target, plan_rel, dask_source, context=(tuple(workers), memory_limit, calibrate))
     # the final plan is plan_rel's full search, with the chunking stage recorded before it
-    return _remember(p, p.stages[:1], objective="time", calibrate=calibrate, memory_limit=memory_limit)
+    return _remember(p, p.stages[:1], objective="time", calibrate=calibrate, memory_limit=memory_limit,
+                     gathers=gathers)
 
 
 def submit(x, client=None, sites=None, **kw):
@@ -57,7 +61,12 @@ def submit(x, client=None, sites=None, **kw):
 
     Planned and sent as a relation is (:func:`tra_dask.runtime.submit`): a worker lost
     while it is planned or sent makes it plan again on the workers there are, and the
-    results are the objects a recovery updates."""
+    results are the objects a recovery updates.  The results stay on the workers: the
+    plan is costed without their way to the client (:func:`compute`'s is)."""
+    return _submit(x, client, sites, None, **kw)
+
+
+def _submit(x, client, sites, gathers, **kw):
     refuse_empty(x, "td.submit")
     name = kw.pop("name", None)
     calibrate, memory_limit = kw.pop("calibrate", True), kw.pop("memory_limit", None)
@@ -67,7 +76,7 @@ def submit(x, client=None, sites=None, **kw):
                    calibrate=calibrate, name=name)  # what a recovery plans the expression with again
 
     def make(client, workers):
-        return plan_on(x, client, workers, calibrate=calibrate, memory_limit=memory_limit)
+        return plan_on(x, client, workers, calibrate=calibrate, memory_limit=memory_limit, gathers=gathers)
 
     return _submit_planned(make, client or current_client(), sites, options, array=True)
 
@@ -76,10 +85,11 @@ def compute(x, client=None, sites=None, progress: bool = False, **kw):
     """Run ``x`` on the cluster; the assembled array (a tuple of them for a tuple) in
     its chunks' array module, as dask returns it: numpy, or cupy for cupy chunks.
     ``progress``: draw a progress bar while it runs (as :func:`tra_dask.compute` of a
-    relation does by default)."""
+    relation does by default).  The chunking and plan are chosen counting the results'
+    way here (gathered and assembled: :attr:`~tra_dask.ClusterSpec.gathers`)."""
     if not all(a.size for a in as_arrays(x)):
         return with_empties(x, lambda rest: compute(rest, client, sites, progress, **kw))
-    out = submit(x, client, sites, **kw)
+    out = _submit(x, client, sites, "array", **kw)
     items = list(out) if isinstance(out, tuple) else [out]
     bar = _Progress(items) if progress else None
     try:

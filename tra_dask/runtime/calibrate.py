@@ -38,6 +38,10 @@ A few seconds of measurements on the cluster itself (runtime layer: it talks to
   1.7-3.1 GB/s (a 2-worker ring: 1.2-1.9 vs 1.5-3.0), and the shuffles of a plan ran
   at the ring's rate — a transfer is work at both ends, which the time model charges
   (:mod:`tra_dask.optimizer.time`);
+* **the way to the client** — every worker makes an array and the client gathers
+  them as it gathers a result (:mod:`tra_dask.runtime.gather`), then copies them into
+  one new array as it assembles one: the bytes/s of each over three rounds
+  (``client_bandwidth``, ``assemble_bandwidth``: what ``td.compute`` adds to a plan);
 * **overheads** — two tra_dask plans on tiny chunks (so kernels and bytes are
   negligible) with few and with many tasks, submitted and waited for as a user does,
   five times each: the line through their quiet readings gives the seconds per
@@ -84,6 +88,7 @@ from ..optimizer.cluster import ClusterSpec, GpuSpec
 from ..optimizer.time import plan_seconds
 from ..programs import matmul, random_uniform
 from .cluster import _wait_done, run_on_workers, workers_info
+from .gather import gather
 from .resident import _cluster_placements, from_dask_array, refresh_sources
 
 __all__ = ["calibrate", "cluster_spec", "set_cluster_spec", "quiet_reading"]
@@ -488,6 +493,7 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20, refresh: bool = False
     bandwidth = remote or local or 4.5e8
     threads = min(int(info[w].get("nthreads") or 1) for w in workers)
     cores = min(run_on_workers(client, _cores, workers).values())
+    to_client, assembled = _client_link(client, workers, transfer_bytes)
     gpu = _gpu_spec(client, workers, hosts)
     if gpu is not None and (local_pairs or remote_pairs):  # device arrays between workers, end to end
         gpu = dataclasses.replace(gpu, link=_bandwidth(client, remote_pairs or local_pairs, 4 * transfer_bytes,
@@ -499,7 +505,7 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20, refresh: bool = False
         bandwidth_local=float(local or bandwidth), hosts=tuple(host_ids[h] for h in hosts), rates=rates,
         task_overhead=float(task_overhead), submit_overhead=float(submit_overhead), blas_half_size=float(half),
         blas_float32=float(med["blas_float32"]),
-        fresh_bandwidth=float(med["fresh"]),
+        fresh_bandwidth=float(med["fresh"]), client_bandwidth=to_client, assemble_bandwidth=assembled,
         threads=threads, cores=int(cores), gpu=gpu, source="",
     )
     # (host data: the host's model, whatever GPUs the workers have)
@@ -590,6 +596,32 @@ def _bandwidth(client, pairs: list, nbytes: int, rounds: int = 3, make=None) -> 
         for f in data.values():
             f.release()
     return 2 * rounds * nbytes / taken
+
+
+def _client_link(client, workers: list, nbytes: int, rounds: int = 3) -> tuple[float, float]:
+    """``(client_bandwidth, assemble_bandwidth)``: bytes/s at which the client gathers
+    an array of ``nbytes`` from every worker at once, as it gathers a result, and at
+    which it copies them into one new array, as it assembles one (all the rounds'
+    bytes over all their time)."""
+    gathered = copied = 0.0
+    for _ in range(rounds):
+        futs = {w: client.submit(_make, nbytes, workers=[w], allow_other_workers=False, pure=False) for w in workers}
+        _wait_done(list(futs.values()), client, workers)
+        t0 = time.perf_counter()
+        got = gather(client, futs, workers)
+        t1 = time.perf_counter()
+        out = np.empty(sum(a.size for a in got.values()))
+        at = 0
+        for a in got.values():
+            out[at:at + a.size] = a
+            at += a.size
+        copied += time.perf_counter() - t1
+        gathered += t1 - t0
+        for f in futs.values():
+            f.release()
+        del got, out
+    total = rounds * len(workers) * (nbytes // 8) * 8
+    return total / max(gathered, 1e-6), total / max(copied, 1e-6)
 
 
 def cluster_spec(client, *, calibrate_: bool = True, workers=None) -> ClusterSpec:

@@ -21,6 +21,7 @@ from .cluster import (WorkersLeft, _FetchFromCluster, _Vanished, _check_client, 
 from ..logical.evaluate import assemble, grid_extents
 from ..viz import futures_html
 from .device import gather_device
+from .gather import gather
 
 MAX_RECOVERIES = 5
 
@@ -206,7 +207,8 @@ class RelationFutures(Mapping):
                     got = watched(self._gather_device, self.client, self.lowered.workers)
                     if got is not None:
                         return got
-                return watched(lambda: self.client.gather(dict(self._futures)), self.client, self.lowered.workers)
+                return watched(lambda: gather(self.client, dict(self._futures), self.lowered.workers), self.client,
+                               self.lowered.workers)
             except WorkersLeft as e:
                 self._submission.recover(e)
 
@@ -520,7 +522,18 @@ class ArrayFutures(RelationFutures):
         """The result gathered here as one array in its chunks' own module (numpy, or
         cupy for cupy chunks: no copy to the host), as ``dask.compute`` gives it."""
         got = self.gather()
+        if len(got) == 1 and not _shared_with_worker(self.client):  # the one chunk is the array: no copy
+            (only,) = got.values()
+            if tuple(only.shape) == self.shape and only.dtype == self.dtype and getattr(only.flags, "writeable", True):
+                return only
         return _assembled(list(got.values()), tuple(got), self._extents, str(self.dtype))
+
+
+def _shared_with_worker(client) -> bool:
+    """Whether chunks gathered by ``client`` may be the workers' own objects (workers
+    in this process, ``inproc://``): handing one out would let a caller change the
+    cluster's copy."""
+    return str(getattr(client.scheduler, "address", "")).startswith("inproc://")
 
 
 def _assembled(results, keys, extents, dtype):

@@ -44,11 +44,12 @@ def plan_for(expr, client: Client | None = None, sites=None, *, optimize: bool =
 
 def planned_on(expr, client: Client, workers: list[str], *, optimize: bool = True, memory_limit=None,
                cost_model: str = "exact", objective=None, calibrate: bool = True, options="auto", beam=None,
-               budget=None) -> Plan:
+               budget=None, gathers=None) -> Plan:
     """:func:`plan_for` on ``client`` and ``workers`` already resolved (a submission
-    resolves them once and plans with them, however many plans it makes)."""
+    resolves them once and plans with them, however many plans it makes).
+    ``gathers``: what the call does with the results (:func:`target_for`)."""
     options = dict(optimize=optimize, memory_limit=memory_limit, cost_model=cost_model, objective=objective,
-                   calibrate=calibrate, options=options, beam=beam, budget=budget)
+                   calibrate=calibrate, options=options, beam=beam, budget=budget, gathers=gathers)
     plan = _plan_for(expr, client, workers, **options)
     _PLANNED_FOR[plan] = options  # submit() plans it again the same way if Dask moves its data meanwhile
     return plan
@@ -58,13 +59,15 @@ _PLANNED_FOR: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # plan_
 
 
 def target_for(client: Client, workers: list[str], expr=None, *, memory_limit=None, calibrate: bool = True,
-               objective=None, cost_model: str = "exact") -> tuple:
+               objective=None, cost_model: str = "exact", gathers=None) -> tuple:
     """``(target, room)``: the :class:`~tra_dask.optimizer.target.Target` a plan on
     ``workers`` of ``client`` is made for — the one place that reads the workers'
     memory budget, calibrates the cluster and reads where ``expr``'s cluster data
     lives (its fixed placements; none without ``expr``).  ``room``: the budget read
     from the workers (a :class:`MemoryBudget`, saying how it was found), or None when
-    ``memory_limit`` was given or an Objective object brings its own."""
+    ``memory_limit`` was given or an Objective object brings its own.  ``gathers``: what
+    the call does with the results (:meth:`ClusterSpec.gathering`: the time model prices
+    bringing them to the client)."""
     objective = DEFAULT_OBJECTIVE if objective is None else objective
     placements = (_cluster_placements(expr, client, workers) or None) if expr is not None else None
     room = None
@@ -73,7 +76,7 @@ def target_for(client: Client, workers: list[str], expr=None, *, memory_limit=No
         memory_limit = room = _memory_budget(client, workers)
     cluster = None
     if objective == "time":
-        cluster = cluster_spec(client, calibrate_=calibrate, workers=workers).with_sites(len(workers))
+        cluster = cluster_spec(client, calibrate_=calibrate, workers=workers).with_sites(len(workers)).gathering(gathers)
         cluster = cluster if expr is None or on_device(expr) else cluster.on_host()  # GPU terms for device data only
         if cluster.gpu is not None and room is not None and cluster.gpu.memory < room:
             # chunks on the device: its memory is the hard limit (the same share of it as of the host's)
@@ -84,7 +87,7 @@ def target_for(client: Client, workers: list[str], expr=None, *, memory_limit=No
 
 
 def _plan_for(expr, client, workers, *, optimize, memory_limit, cost_model, objective, calibrate, options, beam,
-              budget):
+              budget, gathers):
     if objective is None:
         objective = DEFAULT_OBJECTIVE
     if not isinstance(expr, (Relation, tuple, list, dict)) and hasattr(expr, "__tra_relation__"):
@@ -94,7 +97,7 @@ def _plan_for(expr, client, workers, *, optimize, memory_limit, cost_model, obje
         placements = _cluster_placements(expr, client, workers) or None
         return compile(expr, sites=len(workers), placements=placements, cost_model=cost_model)
     target, room = target_for(client, workers, expr, memory_limit=memory_limit, calibrate=calibrate,
-                              objective=objective, cost_model=cost_model)
+                              objective=objective, cost_model=cost_model, gathers=gathers)
     cache = _plan_cache(client) if dask.config.get("tra-dask.plan-cache", True) else None
     if cache is not None:
         placements = target.placement_map
@@ -269,7 +272,7 @@ def _remember(plan: Plan, stages=(), **options) -> Plan:
     given earlier ``stages`` (:meth:`Plan.with_stage`: the array front-end's choice of
     chunking) can be made again, as for :func:`plan_for`'s own plans."""
     defaults = dict(optimize=True, memory_limit=None, cost_model="exact", objective=None, calibrate=True,
-                    options="auto", beam=None, budget=None)
+                    options="auto", beam=None, budget=None, gathers=None)
     unknown = set(options) - set(defaults)
     if unknown:
         raise TypeError(f"_remember: unknown option(s) {sorted(unknown)}")
