@@ -324,8 +324,9 @@ class _Fused:
     costs a few ms, so it is done by branch and bound: a candidate's seconds with every
     one of its fusable tasks fused (its local computations' tasks below the root) bound
     its fused seconds from below, and candidates are fused in the order of that bound
-    until it passes the ``beam``-th best placement signature's fused key (those after
-    it follow, unfused, in the order of their bound: none of them is the best of a
+    until it passes the ``beam``-th best placement signature's fused key, each one only
+    if its bound is below its own signature's best fused key so far (those not fused
+    follow the fused ones, in the order of their bound: none of them is the best of a
     signature the search keeps).  A subplan of more than :data:`FUSED_RANK_TASKS`
     tasks is ranked unfused (its fusion is derived only if it is in a final plan:
     ``optimize.fastest_fused``)."""
@@ -339,7 +340,7 @@ class _Fused:
         k = self.keys.get(c)
         if k is None:
             cost = self.delivered(c)
-            if cost.tasks > FUSED_RANK_TASKS:
+            if cost.tasks > FUSED_RANK_TASKS or not _fusable(c, cost):  # (nothing to fuse: its own key)
                 k = self.keys[c] = self.obj(cost)
                 return k
             spec = self.obj.spec(cost.sites)
@@ -362,12 +363,15 @@ class _Fused:
         done, rest = [], []
         for n, (b, i) in enumerate(bounded):
             if len(best) >= beam and b > sorted(best.values())[beam - 1][:3]:
-                rest = [cands[j] for _, j in bounded[n:]]
+                rest += [cands[j] for _, j in bounded[n:]]
                 break
             c = cands[i]
+            sig = _signature(c)
+            if sig in best and b > best[sig][:3]:
+                rest.append(c)  # not the best of its signature
+                continue
             k = self.key(c)
             done.append((k, i, c))
-            sig = _signature(c)
             if sig not in best or k < best[sig]:
                 best[sig] = k
         return [c for _, _, c in sorted(done, key=lambda x: x[:2])] + rest
