@@ -66,6 +66,9 @@ def test_strategies_and_numpy_booleans(strategy):
 def test_optimize_false_is_left_to_right_and_true_is_ours():
     ops = _ops("", (3, 4), (4, 5), (5, 2))
     assert td.einsum("ab,bc,cd->ad", *ops, optimize=False)._node.optimize == ((0, 1), (0, 1))
+    # opt_einsum's format puts a step's result last: left to right is (0, 1), then 0 with the last
+    four = _ops("", (3, 4), (4, 5), (5, 2), (2, 6))
+    assert td.einsum("ab,bc,cd,de->ae", *four, optimize=False)._node.optimize == ((0, 1), (0, 2), (0, 1))
     assert td.einsum("ab,bc,cd->ad", *ops, optimize=True)._node.optimize == "auto"
     # through numpy's own function (numpy's default is optimize=False)
     x = td.from_array(ops[0])

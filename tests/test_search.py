@@ -114,6 +114,67 @@ def test_search_equals_exhaustive_rewriting_on_tiny_programs(name, sites):
     assert _searched_key(expr, sites) == _best_key(space)
 
 
+# the default spec and skewed ones: tasks that cost 20 ms, a slow network, a fast BLAS,
+# two threads per worker (a reader then takes in at most one task)
+SPECS = {"default": {}, "tasks of 20 ms": {"task_overhead": 0.02}, "slow network": {"bandwidth": 1e6},
+         "fast BLAS": {"rates": {"blas": 1e13}}, "2 threads": {"threads": 2, "task_overhead": 0.005}}
+
+
+def _fastest_fused(space, spec) -> float:
+    """The least predicted seconds of any plan of ``space`` once fused, on ``spec``:
+    every plan fused whose seconds with every task of a local computation that is not
+    a result removed (fusion removes no other) could still beat the best."""
+    from tra_dask.optimizer.objective import FastestTime
+    from tra_dask.optimizer.time import fusion_for
+    from tra_dask.physical import LocalAggregate, LocalJoin, LocalMap
+    from tra_dask.physical.work import plan_work
+
+    def local_tasks(p, c):
+        return sum(nc.tasks for n, nc in c.nodes.items() if isinstance(n, (LocalJoin, LocalAggregate, LocalMap))
+                   and n not in p)
+
+    timed, fusion = FastestTime(cluster=spec), fusion_for(spec)
+    costs = sorted(((timed.seconds(c) - local_tasks(p, c) * spec.task_overhead, p, c)
+                    for p, c in ((p, plan_cost(list(p))) for p in space)), key=lambda x: x[0])
+    best = float("inf")
+    for bound, p, c in costs:
+        if bound > best:
+            break
+        best = min(best, timed.annotate(c.with_fused(len(plan_work(p, fusion=fusion).into))).seconds)
+    return best
+
+
+def _small_program(name, rng):
+    A, B = _mat(rng, (4, 4), 2, "A"), _mat(rng, (4, 4), 2, "B")
+    return {
+        "matmul 1x3x2": lambda: matmul(_mat(rng, (2, 6), 2, "A"), _mat(rng, (6, 4), 2, "B")),
+        "matmul + add": lambda: td.join(matmul(A, _mat(rng, (4, 2), 2, "C")), _mat(rng, (4, 2), 2, "D"),
+                                        (0, 1), (0, 1), "add"),
+        "add + row_sum": lambda: td.transform(td.join(A, B, (0, 1), (0, 1), "add"), "row_sum"),
+        "agg of mul": lambda: td.aggregate(td.join(A, B, (0, 1), (0, 1), "mul"), (0,), "add"),
+        "rekey + add": lambda: td.join(td.rekey(A, (k1, k0)), B, (0, 1), (0, 1), "add"),
+    }[name]()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,sites", [("matmul 1x3x2", 3), ("matmul + add", 2), ("add + row_sum", 3),
+                                        ("agg of mul", 2), ("rekey + add", 3)])
+def test_time_objective_finds_the_fastest_fused_plan_of_its_space(name, sites):
+    """The search's whole space, unpruned, every plan fused as the optimizer fuses it:
+    no plan is predicted faster than the time objective's (without its error band,
+    which may trade time for less traffic on purpose) — on the default spec and on
+    skewed ones.  (Ranked before fusion with 4 runners-up fused again, it missed in
+    12 of 44 such cases: a matmul and an add by 3%, and by 36% with 20 ms tasks.)"""
+    from tra_dask.optimizer.objective import FastestTime
+
+    expr = _small_program(name, np.random.default_rng(sites))
+    space = enumerate_dp_space(list(td.compile(expr, sites).outputs), RULES, limit=4000)
+    for kind, kw in SPECS.items():
+        spec = td.ClusterSpec(sites, **kw)
+        got = td.optimize(expr, sites, objective=FastestTime(cluster=spec, band=0.0)).cost.seconds
+        assert got <= _fastest_fused(space, spec) * (1 + 1e-12), kind
+
+
 def _keys_only(shape, blocks, name):
     chunks = tuple(-(-s // b) for s, b in zip(shape, blocks))
     return td.from_function(lambda k: None, shape, chunks, "float64", name=name)

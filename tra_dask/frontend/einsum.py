@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import string
 
-__all__ = ["parse", "interleaved", "check_optimize", "contraction_paths", "symbol"]
+__all__ = ["parse", "interleaved", "check_optimize", "contraction_paths", "left_to_right", "symbol"]
 
 _LETTERS = string.ascii_letters
 
@@ -116,7 +116,7 @@ def check_optimize(optimize, nops: int):
     if optimize is True or (isinstance(optimize, str) and optimize == "auto"):
         return "auto"
     if optimize is False:
-        return tuple((0, 1) for _ in range(nops - 1))
+        return left_to_right(nops)
     if isinstance(optimize, str):
         from opt_einsum.paths import get_path_fn
 
@@ -259,6 +259,16 @@ def parse(subscripts: str, shapes: list[tuple]):
     return expanded, out, sizes
 
 
+def left_to_right(n: int) -> tuple:
+    """The path that contracts ``n`` operands left to right, as written: the first
+    two, then their result (which opt_einsum's format puts last) with the next.
+
+    >>> left_to_right(4)
+    ((0, 1), (0, 2), (0, 1))
+    """
+    return tuple([(0, 1)] + [(0, m - 1) for m in range(n - 1, 1, -1)]) if n > 1 else ()
+
+
 def contraction_paths(inputs: list[str], output: str, sizes: dict) -> list[tuple]:
     """Candidate contraction orders (opt_einsum ``contract_path`` format: a tuple of
     steps of positions over a shrinking operand list; a step may be one operand,
@@ -280,7 +290,7 @@ def contraction_paths(inputs: list[str], output: str, sizes: dict) -> list[tuple
         path = tuple(tuple(int(i) for i in step) for step in path)
         if path not in paths:
             paths.append(path)
-    left = tuple((0, 1) for _ in range(len(inputs) - 1))  # left to right, as written
+    left = left_to_right(len(inputs))  # as written
     if left not in paths:
         paths.append(left)
     return paths

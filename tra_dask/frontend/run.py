@@ -29,6 +29,7 @@ from ..optimizer.plan import Stage
 from ..optimizer.target import Target
 from .array import Array, regular_chunks
 from .build import Builder, computed_here as _computed_here
+from .chains import merge_chains
 from .chunking import AxisClasses, _topo, choose
 from .einsum import contraction_paths
 from .estimate import Estimator
@@ -165,9 +166,9 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
     chunking is planned again over this data); the plan carries a ``chunking`` stage saying
     what was chosen and why."""
     several = isinstance(x, (tuple, list))
-    roots = [a._node for a in as_arrays(x)]
     sites, spec = target.sites, target.cluster or ClusterSpec(sites=target.sites)
     t0 = time.perf_counter()
+    roots = merge_chains([a._node for a in as_arrays(x)])  # a @ b @ c: one einsum, its order ours to choose
     cl = AxisClasses(roots)
     multi = _multi_paths(roots)
     paths = {n: p for n in multi if (p := _fixed_path(n)) is not None}

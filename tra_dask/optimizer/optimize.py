@@ -11,8 +11,8 @@ Named stages, each recorded on the plan (``plan.stages``, ``plan.explain(stage=.
    shapes of every output) and fits the memory limit.
 
 Fusion (:mod:`tra_dask.physical.work`) runs after them: the plan :func:`optimize`
-returns is fused (and, under the time objective, re-ranked with its runners-up
-fused).  ``optimize(..., until=stage)`` stops after a stage and returns the unfused
+returns is fused (and, under the time objective, the fastest of the search's plans
+once fused: :func:`fastest_fused`).  ``optimize(..., until=stage)`` stops after a stage and returns the unfused
 plan as it stands then (dask's ``optimize_until``).
 """
 
@@ -22,7 +22,7 @@ import time
 
 from ..logical import Source, flatten_outputs
 from ..node import canonical, toposort
-from ..physical import PlacementError
+from ..physical import LocalAggregate, LocalJoin, LocalMap, PlacementError
 from ..physical.work import plan_work
 from .compile import _resolve_placements, compile
 from .cost import plan_cost
@@ -38,10 +38,7 @@ __all__ = ["optimize", "as_target", "NoPlanFits", "STAGES"]
 
 STAGES = ("compile", "search", "replay", "check")  # what optimize(..., until=) takes, in order
 
-# the search ranks plans before fusion (which runs after placement and only removes
-# tasks): this many of its runners-up are fused and ranked again under the time
-# objective, each only if it could win with all its tasks fused (a few ms each)
-RERANK = 4
+_FUSABLE = (LocalJoin, LocalAggregate, LocalMap)  # the nodes whose tasks are local computations (work.FUSABLE_KINDS)
 
 _REPLAY_TUPLES = 4_000_000  # full-size tuples worth of sketch plans replayed (at least one plan)
 
@@ -136,15 +133,8 @@ def optimize(expr, target=None, cost_model: str | None = None, memory_limit=None
     fuse = _Fuser(timed, fusion_for(timed.spec(sites)), sites, cost_model, rebuild, expr)
 
     chosen, chosen_cost = res.best, res.best_cost
-    if isinstance(obj, FastestTime):  # fusion removes tasks the search counted: re-rank its best few
-        chosen_cost = fuse.cost(chosen, chosen_cost)
-        spec = obj.spec(sites)
-        for outs, cost in [(o, c) for o, c in res.alternatives if o != res.best][:RERANK]:
-            if obj.seconds(cost) - cost.tasks * spec.task_overhead >= chosen_cost.seconds:
-                continue  # slower than the chosen plan even if every task fused
-            cost = fuse.cost(outs, cost)
-            if obj(cost) < obj(chosen_cost):
-                chosen, chosen_cost = outs, cost
+    if isinstance(obj, FastestTime):  # fusion removes tasks the search counted: the fastest fused plan
+        chosen, chosen_cost = fastest_fused([(res.best, res.best_cost), *res.alternatives], obj, fuse)
 
         t0 = time.perf_counter()
         chosen, chosen_cost, note = less_traffic(chosen, chosen_cost, [(res.best, res.best_cost), *res.alternatives],
@@ -174,6 +164,46 @@ def as_target(target=None, *, sites=None, cluster=None, memory_limit=None, place
     if sites is None:
         raise TypeError("optimize() needs a target: a td.Target, or sites=<number of sites>")
     return Target(sites, **{k: v for k, v in fields.items() if v is not None})
+
+
+def fusable_tasks(outputs, cost) -> int:
+    """At least as many tasks as fusion can remove from the plan ``outputs`` (costed
+    ``cost``, unfused): those of its local computations (joins, aggregations, maps) that
+    are not results — :mod:`tra_dask.physical.work` fuses only such a task, and only
+    into a reader."""
+    results = set(outputs)
+    return sum(nc.tasks for node, nc in cost.nodes.items()
+               if isinstance(node, _FUSABLE) and node not in results)
+
+
+def fastest_fused(pairs, obj, fuse) -> tuple:
+    """``(outputs, fused cost)``: the plan of ``pairs`` (``(outputs, unfused cost)``, the
+    search's) that the time objective ``obj`` ranks first once fused — exactly, by
+    branch and bound.  Fusion only removes tasks (each worth ``task_overhead`` seconds
+    and nothing else), so a plan's seconds with every one of its
+    :func:`fusable_tasks` fused bound its fused seconds from below; plans are fused
+    in the order of that bound, until the bound passes the best fused plan found
+    (deriving a plan's fusion costs a few ms)."""
+    overhead = obj.spec(pairs[0][1].sites).task_overhead
+    bounded = []
+    for i, (outs, cost) in enumerate(pairs):
+        key = obj(cost)
+        bounded.append(((key[0], key[1], key[2] - overhead * fusable_tasks(outs, cost)), i))
+    bounded.sort()
+    best = best_key = None
+    seen: set = set()
+    for bound, i in bounded:
+        if best_key is not None and bound > best_key[:3]:
+            break  # this plan, and every one after it, is slower even were all its fusable tasks fused
+        outs, cost = pairs[i]
+        if tuple(outs) in seen:
+            continue
+        seen.add(tuple(outs))
+        cost = fuse.cost(outs, cost)
+        key = obj(cost)
+        if best_key is None or key < best_key:
+            best, best_key = (outs, cost), key
+    return best
 
 
 # the time objective's choice under the model's error (less_traffic): a plan that moves
