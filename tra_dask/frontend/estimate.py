@@ -188,7 +188,9 @@ class Estimator:
         if work * itemsize > self.memory:  # one product's operands and result do not fit on a site
             return math.inf, 0
         sub = ",".join(group) + "->" + out
-        rate = call_rate(einsum_kernel(sub), [tuple(max(1, math.ceil(chunk[pos[c]])) for c in g) for g in group],
+        # (a step of three or more operands runs pairwise, frontend.build: priced at the
+        # memory-bound rate, as no single GEMM)
+        rate = call_rate(einsum_kernel(sub) if len(group) <= 2 else None, [tuple(max(1, math.ceil(chunk[pos[c]])) for c in g) for g in group],
                          np.dtype(dtype), self.spec) * self.threads
         out_blocks = math.prod(b[i] for i in outs)
         out_size = math.prod(sizes[c] for c in out)
