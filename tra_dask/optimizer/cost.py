@@ -46,6 +46,9 @@ class NodeCost:
     recv_per_site: np.ndarray | None = None   # floats arriving at each site (a move)
     send_per_site: np.ndarray | None = None   # floats leaving each site (a move)
     made_per_site: np.ndarray | None = None   # bytes of the arrays its tasks make on each site
+    # the time model's seconds of this node per ClusterSpec (optimizer.time): a cache the
+    # cost owns, not a field of it (never copied by dataclasses.replace, never compared)
+    seconds_memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def keys(self) -> int:

@@ -379,10 +379,7 @@ def _memo_seconds(nc, spec: ClusterSpec) -> tuple[float, np.ndarray]:
     """A node's seconds (its busiest site's) and each site's, remembered on its
     NodeCost per spec (costs are shared between the many candidate plans the
     search ranks)."""
-    memo = nc.__dict__.get("_seconds")
-    if memo is None:
-        memo = {}
-        object.__setattr__(nc, "_seconds", memo)
+    memo = nc.seconds_memo
     t = memo.get(spec)
     if t is None:
         v = node_seconds_per_site(nc, spec)
