@@ -56,12 +56,27 @@ def _holders(client, rf):
     return _who_has(client, keys)
 
 
+def _refetched(client, rf, before) -> bool:
+    """Whether, during ``rf``'s run, a worker fetched an input chunk that it held when
+    the run began: the memory manager dropped that copy meanwhile (the holders are the
+    same before and after, yet the chunk moved)."""
+    since, until = rf._started, rf._finished + 0.5
+    held = {k: set(ws) for k, ws in before.items()}
+
+    def fetched(dask_worker, held=held, since=since, until=until):
+        return [(e["who"], k) for e in dask_worker.transfer_outgoing_log
+                if since <= e.get("middle", e["start"]) <= until for k in e["keys"] if k in held]
+
+    return any(who in held[k] for moves in client.run(fetched).values() for who, k in moves)
+
+
 @pytest.mark.parametrize("rebalance", [False, True])
 def test_einsums_over_rechunked_dask_inputs_on_eight_workers(client, rebalance):
     """Each submission exact; the bytes moved as predicted whenever the inputs' copies
     stayed where the plan found them (a copy an earlier plan fetched is dropped by
     Dask's memory manager when it likes, sometimes while a plan that found it runs:
-    then the plan fetches it again, and such a run is not compared)."""
+    then the plan fetches it again — the holders after the run may be the same, the
+    fetch is in the workers' logs — and such a run is not compared)."""
     assert len(client.scheduler_info(n_workers=-1)["workers"]) == WORKERS
     X, Y, B, C = _inputs(client)
     changed = compared = runs = 0
@@ -74,7 +89,7 @@ def test_einsums_over_rechunked_dask_inputs_on_eight_workers(client, rebalance):
             before = _holders(client, rf)
             np.testing.assert_allclose(rf.to_numpy(), want, rtol=1e-12, err_msg=eq)
             runs += 1
-            if _holders(client, rf) == before:
+            if _holders(client, rf) == before and not _refetched(client, rf, before):
                 compared += 1
                 assert rf.transfers() == rf.plan.cost.bytes_moved, (eq, rf.plan.explain())
             changed += "chosen" in rf.plan.stage("chunking").note
