@@ -18,6 +18,8 @@ from distributed import Client, LocalCluster
 import tra_dask as td
 from tra_dask.programs.arrays import ffnn_sgd_step_array
 
+pytestmark = pytest.mark.cluster  # every test starts a cluster of its own
+
 CONFIG = {"distributed.scheduler.active-memory-manager.start": False}
 # Dask's defaults (the AMM on), dropping replicas often
 AMM = {"distributed.scheduler.active-memory-manager.start": True,

@@ -131,6 +131,7 @@ def _balanced(plan) -> bool:
     return bool(mults.max() == mults.min() and one_copy)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.sampled_from([2, 4, 8]), st.tuples(*[st.sampled_from([1, 2, 4, 8])] * 3),
        st.tuples(*[st.sampled_from([1, 2, 3, 5, 20])] * 3))
@@ -146,6 +147,7 @@ def test_no_balanced_matmul_plan_moves_less_than_the_bound(P, blocks, per_block)
     assert b["ratio"] >= 1 - 1e-9
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.sampled_from([2, 4, 8]), st.sampled_from(["bij,bjk->bik", "ij,jk->ik", "ij,ik->jk", "bij,bkj->bik",
                                                     "ib,bj->bij"]),

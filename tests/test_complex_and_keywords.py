@@ -400,6 +400,7 @@ def test_empty_inputs_from_dask_and_results_of_every_kind():
 
 # -- on a cluster ---------------------------------------------------------------------------
 
+@pytest.mark.cluster
 def test_complex_einsum_on_a_cluster():
     distributed = pytest.importorskip("distributed")
     a, b = _c((6, 8), np.complex128), _c((8, 4), np.complex128, seed=1)

@@ -10,6 +10,7 @@ import os
 import threading
 
 import numpy as np
+import pytest
 
 import tra_dask as td
 from tra_dask.programs import ffnn_forward, matmul
@@ -54,6 +55,7 @@ def _plans():
     return out
 
 
+@pytest.mark.slow
 def test_eight_threads_plan_eight_expressions_as_planned_alone():
     plans = _plans()
     assert len(plans) == 8

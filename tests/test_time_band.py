@@ -38,6 +38,7 @@ def test_the_papers_general_multiply_no_longer_doubles_its_traffic_for_six_perce
     assert fast.cost.floats_moved == 2 * b.cost.floats_moved and fast.cost.seconds < t.cost.seconds
 
 
+@pytest.mark.slow
 def test_nearest_neighbour_does_not_move_18x_the_floats_for_a_percent():
     # N=6000, D=100000 on 8 sites: 18x the floats for a predicted 1.4% (issue)
     q, X, A = _src((1, 100000), (1, 10000), "q"), _src((6000, 100000), (1000, 10000), "X"), \
@@ -66,6 +67,7 @@ def _case(draw):
     return expr, spec
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(_case())
 def test_more_traffic_only_for_a_gain_beyond_the_band(case):
