@@ -22,7 +22,7 @@ import time
 
 from ..logical import Source, flatten_outputs
 from ..node import canonical, toposort
-from ..physical import LocalAggregate, LocalJoin, LocalMap, PlacementError
+from ..physical import PlacementError
 from ..physical.work import plan_work
 from .compile import _resolve_placements, compile
 from .cost import plan_cost
@@ -30,7 +30,7 @@ from .target import Target, search_options
 from .objective import FastestTime, as_objective
 from .plan import Plan, Stage
 from .rules import RULES
-from .search import SearchResult, search
+from .search import SearchResult, fusable_tasks, search
 from .sketch import NotReplayable, make_sketch, replay
 from .time import fusion_for
 
@@ -38,7 +38,6 @@ __all__ = ["optimize", "as_target", "NoPlanFits", "STAGES"]
 
 STAGES = ("compile", "search", "replay", "check")  # what optimize(..., until=) takes, in order
 
-_FUSABLE = (LocalJoin, LocalAggregate, LocalMap)  # the nodes whose tasks are local computations (work.FUSABLE_KINDS)
 
 _REPLAY_TUPLES = 4_000_000  # full-size tuples worth of sketch plans replayed (at least one plan)
 
@@ -164,16 +163,6 @@ def as_target(target=None, *, sites=None, cluster=None, memory_limit=None, place
     if sites is None:
         raise TypeError("optimize() needs a target: a td.Target, or sites=<number of sites>")
     return Target(sites, **{k: v for k, v in fields.items() if v is not None})
-
-
-def fusable_tasks(outputs, cost) -> int:
-    """At least as many tasks as fusion can remove from the plan ``outputs`` (costed
-    ``cost``, unfused): those of its local computations (joins, aggregations, maps) that
-    are not results — :mod:`tra_dask.physical.work` fuses only such a task, and only
-    into a reader."""
-    results = set(outputs)
-    return sum(nc.tasks for node, nc in cost.nodes.items()
-               if isinstance(node, _FUSABLE) and node not in results)
 
 
 def fastest_fused(pairs, obj, fuse) -> tuple:

@@ -340,7 +340,7 @@ class _Fused:
         k = self.keys.get(c)
         if k is None:
             cost = self.delivered(c)
-            if cost.tasks > FUSED_RANK_TASKS or not _fusable(c, cost):  # (nothing to fuse: its own key)
+            if cost.tasks > FUSED_RANK_TASKS or not fusable_tasks([c], cost):  # (nothing to fuse: its own key)
                 k = self.keys[c] = self.obj(cost)
                 return k
             spec = self.obj.spec(cost.sites)
@@ -355,7 +355,7 @@ class _Fused:
         k = self.obj(cost)
         if cost.tasks > FUSED_RANK_TASKS:
             return k[:3]
-        return (k[0], k[1], k[2] - self.obj.spec(cost.sites).task_overhead * _fusable(c, cost))
+        return (k[0], k[1], k[2] - self.obj.spec(cost.sites).task_overhead * fusable_tasks([c], cost))
 
     def rank(self, cands: list, beam: int) -> list:
         bounded = sorted(((self.bound(c), i) for i, c in enumerate(cands)), key=lambda x: x)
@@ -377,10 +377,13 @@ class _Fused:
         return [c for _, _, c in sorted(done, key=lambda x: x[:2])] + rest
 
 
-def _fusable(root: PNode, cost: Cost) -> int:
-    """At least as many tasks as fusion can remove from the subplan ``root`` (costed
-    ``cost``): those of its local computations below the root."""
-    return sum(nc.tasks for node, nc in cost.nodes.items() if node is not root and isinstance(node, _LOCAL))
+def fusable_tasks(roots, cost: Cost) -> int:
+    """At least as many tasks as fusion can remove from the (sub)plan of ``roots``
+    (costed ``cost``, unfused): those of its local computations (joins, aggregations,
+    maps) that are not roots — :mod:`tra_dask.physical.work` fuses only such a task,
+    and only into a reader."""
+    roots = set(roots)
+    return sum(nc.tasks for node, nc in cost.nodes.items() if isinstance(node, _LOCAL) and node not in roots)
 
 
 def _duplicated(plan_outputs, outputs, ranked_all, tried):
