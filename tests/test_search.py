@@ -11,7 +11,9 @@ import tra_dask as td
 from brute_force import enumerate_dp_space, enumerate_plans
 from tra_dask.keys import k0, k1
 from tra_dask.optimizer.bounds import matmul_lower_bound
-from tra_dask.optimizer.cost import plan_cost
+import tra_dask.optimizer.search as S
+from test_soundness import programs
+from tra_dask.optimizer.cost import DeliveredCosts, plan_cost
 from tra_dask.optimizer.objective import FewestBytes
 from tra_dask.optimizer.rules import RULES
 from tra_dask.physical import Grid
@@ -377,3 +379,43 @@ def test_a_subexpression_both_results_read_is_computed_once():
     twice = search(list(compiled.outputs), RULES, objective=timed, reshare=0)
     assert twice.best_cost.flops_per_site.sum() > 1.4 * once
     assert timed.seconds(twice.best_cost) > plan.cost.seconds * 1.3
+
+
+class _CheckedCosts(DeliveredCosts):
+    """DeliveredCosts that checks each subplan's cost against plan_cost of it whole."""
+    checked = 0
+
+    def __call__(self, root):
+        got = super().__call__(root)
+        want = plan_cost([root], self.model, whole=True)
+        assert list(got.nodes) == list(want.nodes), root
+        for n, a in got.nodes.items():
+            b = want.nodes[n]
+            assert (a.floats_moved, a.tasks) == (b.floats_moved, b.tasks), n
+            for f in ("peak_bytes_per_site", "flops_per_site", "tasks_per_site", "recv_per_site", "send_per_site"):
+                x, y = getattr(a, f), getattr(b, f)
+                assert (x is None) == (y is None) and (x is None or np.array_equal(x, y)), (f, n)
+        assert (got.floats_moved, got.bytes_moved) == (want.floats_moved, want.bytes_moved), root
+        assert np.array_equal(got.peak_bytes_per_site, want.peak_bytes_per_site), root
+        assert np.allclose(got.flops_per_site, want.flops_per_site, rtol=1e-12), root
+        _CheckedCosts.checked += 1
+        return got
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
+@given(programs(), st.sampled_from(["exact", "paper"]))
+def test_incremental_subplan_costs_are_the_whole_subplans(prog, model):
+    """The search costs a candidate from its children's subplans' costs where that is
+    exact (cost.DeliveredCosts): on random programs (shared subexpressions, moves of
+    one array in two branches, several outputs, fixed placements) every candidate's
+    cost equals plan_cost of its whole subplan, node by node."""
+    outs, sites, placements = prog
+    before = _CheckedCosts.checked
+    saved = S.DeliveredCosts
+    S.DeliveredCosts = _CheckedCosts
+    try:
+        td.optimize(outs, sites=sites, placements=placements, cost_model=model)
+    finally:
+        S.DeliveredCosts = saved
+    assert _CheckedCosts.checked > before

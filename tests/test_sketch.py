@@ -35,7 +35,7 @@ def test_sketched_plans_simulate_to_the_reference():
     exercised the sketch."""
     seen = {"examples": 0, "sketched": 0, "reduced": 0}
 
-    @settings(max_examples=400, deadline=None,
+    @settings(max_examples=400, deadline=None, derandomize=True, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
     @given(programs())
     def prop(prog):
@@ -50,7 +50,9 @@ def test_sketched_plans_simulate_to_the_reference():
             assert [s.name for s in plan.stages] == ["compile", "search", "replay", "check"]
 
     prop()
-    assert seen["reduced"] >= 8, seen  # about one program in twenty (measured: 14 of 300)
+    # the same 400 programs every run (derandomized: a count over random draws failed
+    # its floor now and then); 28 of them are planned on a reduced sketch
+    assert seen["reduced"] >= 20, seen
 
 
 def _src(shape, chunks, name, rng):

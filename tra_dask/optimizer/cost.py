@@ -25,10 +25,11 @@ import numpy as np
 
 from ..node import toposort
 from ..physical import Broadcast, KeyArrayMap, LocalFilter, LocalMap, PNode, Shuffle, demand
+from ..physical.demand import child_demand
 from ..types import first_of_each
 from ..physical.work import first_moves, node_work
 
-__all__ = ["COST_MODELS", "NodeCost", "Cost", "node_cost", "plan_cost", "brute_force_frontier"]
+__all__ = ["COST_MODELS", "NodeCost", "Cost", "node_cost", "plan_cost", "DeliveredCosts", "brute_force_frontier"]
 
 COST_MODELS = ("exact", "paper")
 
@@ -231,26 +232,96 @@ def _node_cost_memo(node: PNode, model: str, need: dict, digests: dict | None = 
     return hit
 
 
-def plan_cost(outputs, model: str = "exact", *, whole: bool = False) -> Cost:
+def plan_cost(outputs, model: str = "exact", *, whole: bool = False, masks: dict | None = None) -> Cost:
     """Cost of the plan whose results are ``outputs`` (shared nodes counted once).
     ``whole``: the cost of delivering every tuple of the outputs (the search's cost
-    of a subplan), not one copy of each key (a result)."""
+    of a subplan), not one copy of each key (a result); ``masks``: ``{output: the
+    tuples of it needed}`` instead (a subplan under its reader's demand)."""
+    return _plan_cost(outputs, model, whole, masks)[0]
+
+
+def _plan_cost(outputs, model: str, whole: bool, masks: dict | None) -> tuple:
+    """``(plan_cost(...), spans)``; ``spans``: ``{Broadcast/Shuffle node: (lo, hi)}``,
+    the code range (``array * sites + destination``) of the moves each counts."""
     nodes = toposort(outputs)
-    need = demand(outputs, whole=whole, order=nodes)
+    need = demand(outputs, whole=whole or masks is not None, order=nodes, masks=masks)
     digests = {n: _digest(need[n]) for n in nodes}  # each mask once (a node's is read by its parents too)
     per = {n: _node_cost_memo(n, model, need, digests) for n in nodes}
+    spans = {}
     if model == "exact":
-        per = _one_transfer_per_array_and_site(nodes, need, per, digests)
+        per, spans = _one_transfer_per_array_and_site(nodes, need, per, digests)
     s = nodes[0].nsites if nodes else 1
+    results = () if whole or masks is not None else tuple(_result(o) for o in dict.fromkeys(outputs))
+    return _summed(model, s, per, results), spans
+
+
+def _summed(model: str, sites: int, per: dict, results: tuple = ()) -> Cost:
+    """The Cost of a plan whose nodes cost ``per`` (plan order)."""
     return Cost(
-        model, s,
+        model, sites,
         sum(c.floats_moved for c in per.values()),
         sum(c.bytes_moved for c in per.values()),
-        np.max([c.peak_bytes_per_site for c in per.values()], axis=0) if per else np.zeros(s, np.int64),
-        np.sum([c.flops_per_site for c in per.values()], axis=0) if per else np.zeros(s),
-        per,
-        results=() if whole else tuple(_result(o) for o in dict.fromkeys(outputs)),
-    )
+        np.max([c.peak_bytes_per_site for c in per.values()], axis=0) if per else np.zeros(sites, np.int64),
+        np.sum([c.flops_per_site for c in per.values()], axis=0) if per else np.zeros(sites),
+        per, results=results)
+
+
+class DeliveredCosts:
+    """Costs of subplans that deliver every tuple of their layout (the search's ranking
+    cost: ``plan_cost([root], whole=True)``), computed incrementally: the cost of a
+    node's subplan under a demand on its tuples is its own node cost and its
+    children's subplans' under the demand it puts on them, each remembered per
+    (node, demand) — the search meets one subplan under many candidates.  Adding
+    subplans is exact when they share no node and no array moves to one site in two
+    of them (their moves' code ranges are disjoint: :func:`_one_transfer_per_array_and_site`
+    would count it once); otherwise, and for a node that reads one child twice, it is
+    ``plan_cost`` of the subplan."""
+
+    _DEPTH = 200  # deeper than this, a subplan is costed whole (no deep recursion)
+
+    def __init__(self, model: str = "exact"):
+        if model not in COST_MODELS:
+            raise ValueError(f"unknown cost_model {model!r}; valid: {', '.join(COST_MODELS)}")
+        self.model = model
+        self.subs: dict = {}  # (node, digest of its demand) -> (Cost of its subplan, its moves' spans)
+
+    def __call__(self, root: PNode) -> Cost:
+        every = np.ones(root.layout.ntuples, dtype=bool)
+        return self._sub(root, every, _digest(every), 0)[0]
+
+    def _sub(self, node: PNode, mask: np.ndarray, digest: bytes, depth: int) -> tuple:
+        key = (node, digest)
+        hit = self.subs.get(key)
+        if hit is None:
+            hit = self.subs[key] = (self._added(node, mask, digest, depth)
+                                    or _plan_cost([node], self.model, True, {node: mask}))
+        return hit
+
+    def _added(self, node: PNode, mask: np.ndarray, digest: bytes, depth: int) -> tuple | None:
+        kids = node.children
+        if depth > self._DEPTH or len(set(map(id, kids))) < len(kids):
+            return None
+        masks = child_demand(node, mask)
+        kid_digests = [_digest(m) for m in masks]
+        below = [self._sub(c, m, d, depth + 1) for c, m, d in zip(kids, masks, kid_digests)]
+        per: dict = {}
+        spans: dict = {}
+        for c, sp in below:
+            per.update(c.nodes)
+            spans.update(sp)
+        if len(per) != sum(len(c.nodes) for c, _ in below) and not all(
+                per[n] is nc for c, _ in below for n, nc in c.nodes.items()):
+            return None  # a node in two children's subplans under different demands
+        if self.model == "exact" and isinstance(node, (Broadcast, Shuffle)):
+            _, lo, hi, _ = _needed_moves(node, mask, digest)
+            if lo <= hi:
+                spans[node] = (lo, hi)
+        ranges = sorted(spans.values())
+        if any(a[1] >= b[0] for a, b in zip(ranges, ranges[1:])):
+            return None  # an array may move to one site in two of them
+        need = {node: mask, **dict(zip(kids, masks))}
+        per[node] = _node_cost_memo(node, self.model, need, {node: digest, **dict(zip(kids, kid_digests))})
+        return _summed(self.model, node.nsites, per), spans
 
 
 def _result(node: PNode) -> tuple:
@@ -275,9 +346,10 @@ def _one_transfer_per_array_and_site(nodes, need, per, digests: dict | None = No
 
     movers = [n for n in nodes if isinstance(n, (Broadcast, Shuffle))]
     if not movers:
-        return dict(per)
+        return dict(per), {}
     parts = [_needed_moves(n, need[n], None if digests is None else digests[n]) for n in movers]
-    spans = sorted((p[1], p[2]) for p in parts if p[1] <= p[2])
+    counted = {n: (p[1], p[2]) for n, p in zip(movers, parts) if p[1] <= p[2]}
+    spans = sorted(counted.values())
     if all(a[1] < b[0] for a, b in zip(spans, spans[1:])):  # disjoint ranges: no code in two nodes
         per_node = [p[0] for p in parts]
     else:
@@ -296,7 +368,7 @@ def _one_transfer_per_array_and_site(nodes, need, per, digests: dict | None = No
                 c, floats_moved=f, bytes_moved=f * n.type.dtype.itemsize,
                 recv_per_site=None if c.recv_per_site is None else c.recv_per_site * scale,
                 send_per_site=None if c.send_per_site is None else c.send_per_site * scale)
-    return out
+    return out, counted
 
 
 _KEEP_MOVES = 1 << 20  # needed moves of a node whose arrays are remembered (more: recomputed if ever needed)

@@ -57,7 +57,7 @@ from ..physical import (Broadcast, LocalAggregate, LocalJoin, LocalMap, Part, Pl
                         Shuffle)
 from ..physical.nodes import interned
 from ..physical.work import plan_work
-from .cost import Cost, plan_cost
+from .cost import Cost, DeliveredCosts, plan_cost
 from .objective import FastestTime, FewestBytes, Objective
 from .time import fusion_for
 from .rules.domain import contraction_memo
@@ -166,29 +166,11 @@ def _source_candidates(node: PSource) -> list[PNode]:
     return out
 
 
-class _Delivered:
-    """Costs of candidate subplans that deliver every tuple of their layout: the
-    root's tuples are all needed, and below it only what they are made from
-    (demand), so a broadcast under a join counts the copies the join reads.  Node
-    costs are memoised on (node, demand), so costing a candidate computes only what
-    is new."""
-
-    def __init__(self, model: str):
-        self.model = model
-        self.plans: dict = {}
-
-    def __call__(self, root: PNode) -> Cost:
-        hit = self.plans.get(root)
-        if hit is None:
-            hit = self.plans[root] = plan_cost([root], self.model, whole=True)
-        return hit
-
-
 def delivered_cost(root: PNode, model: str = "exact") -> Cost:
     """The cost of a subplan that delivers every physical tuple of its layout (the
     search's ranking cost; :func:`~tra_dask.optimizer.cost.plan_cost` counts only
     the tuples the results need)."""
-    return _Delivered(model)(root)
+    return DeliveredCosts(model)(root)
 
 
 def search(outputs, rules, *, model: str = "exact", objective: Objective | None = None,
@@ -211,16 +193,21 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
     obj = objective if objective is not None else FewestBytes(memory_limit)
     traffic = getattr(obj, "band", 0.0) > 0  # keep each node's least-traffic candidate too
     b = _Budget(int(budget))
-    delivered = _Delivered(model)
+    delivered = DeliveredCosts(model)
     memo: dict = {}
     alts: dict = {}
     ranked_all: dict = {}
     ncand = 0
 
-    fused = _Fused(obj, delivered) if isinstance(obj, FastestTime) else None
+    scores: dict = {}  # candidate -> the objective's key of its delivered cost
 
     def score(n):
-        return obj(delivered(n))
+        k = scores.get(n)
+        if k is None:
+            k = scores[n] = obj(delivered(n))
+        return k
+
+    fused = _Fused(obj, delivered, score) if isinstance(obj, FastestTime) else None
 
     def expand(node, alts) -> tuple[list, list]:
         """``node``'s candidates over its children's kept ones, closed under the rules,
@@ -260,7 +247,8 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
                     break
         if traffic:  # and the one that moves least (the time objective may rank it out of the beam,
             # and it is what a near-tie should go to: optimize.less_traffic)
-            low = min(ranked, key=lambda c: (delivered(c).floats_moved, score(c)))
+            least = min(delivered(c).floats_moved for c in ranked)
+            low = min((c for c in ranked if delivered(c).floats_moved == least), key=score)
             if _signature(low) not in sigs:
                 sigs.add(_signature(low))
                 kept.append(low)
@@ -331,8 +319,8 @@ class _Fused:
     tasks is ranked unfused (its fusion is derived only if it is in a final plan:
     ``optimize.fastest_fused``)."""
 
-    def __init__(self, obj, delivered):
-        self.obj, self.delivered = obj, delivered
+    def __init__(self, obj, delivered, score):
+        self.obj, self.delivered, self.score = obj, delivered, score
         self.fusion: dict = {}
         self.keys: dict = {}
 
@@ -341,7 +329,7 @@ class _Fused:
         if k is None:
             cost = self.delivered(c)
             if cost.tasks > FUSED_RANK_TASKS or not fusable_tasks([c], cost):  # (nothing to fuse: its own key)
-                k = self.keys[c] = self.obj(cost)
+                k = self.keys[c] = self.score(c)
                 return k
             spec = self.obj.spec(cost.sites)
             fusion = self.fusion.get(cost.sites)
@@ -352,7 +340,7 @@ class _Fused:
 
     def bound(self, c) -> tuple:
         cost = self.delivered(c)
-        k = self.obj(cost)
+        k = self.score(c)
         if cost.tasks > FUSED_RANK_TASKS:
             return k[:3]
         return (k[0], k[1], k[2] - self.obj.spec(cost.sites).task_overhead * fusable_tasks([c], cost))

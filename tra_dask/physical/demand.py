@@ -16,7 +16,7 @@ from ..node import toposort
 from .layout import Layout, _first_copy
 from .nodes import Broadcast, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PSource, Shuffle
 
-__all__ = ["demand", "result_copies"]
+__all__ = ["demand", "child_demand", "result_copies"]
 
 
 def result_copies(lay: Layout, nkeys: int) -> np.ndarray:
@@ -24,31 +24,46 @@ def result_copies(lay: Layout, nkeys: int) -> np.ndarray:
     return _first_copy(lay, nkeys)
 
 
-def demand(outputs, *, whole: bool = False, order: list | None = None) -> dict:
+def demand(outputs, *, whole: bool = False, order: list | None = None, masks: dict | None = None) -> dict:
     """``{node: bool mask over node.layout's tuples}`` for every node of the plan.
     ``whole``: every tuple of the outputs is needed (a subplan whose consumer reads
-    all it delivers), not one copy of each key.  ``order``: ``toposort(outputs)``,
+    all it delivers), not one copy of each key.  ``masks``: ``{output: mask}``, the
+    tuples needed of those outputs instead.  ``order``: ``toposort(outputs)``,
     when the caller has it already (the cost model does: sorting again is a tenth
     of costing a small plan)."""
     if order is None:
         order = toposort(outputs)
     need = {n: np.zeros(n.layout.ntuples, dtype=bool) for n in order}
     for o in outputs:
-        if whole:
+        if masks is not None and o in masks:
+            need[o] |= masks[o]
+        elif whole:
             need[o][:] = True
         else:
             need[o][result_copies(o.layout, o.type.ntuples)] = True
     for n in reversed(order):
-        m = need[n]
-        lin = n.layout.lineage
-        if isinstance(n, (Broadcast, Shuffle, LocalMap, LocalFilter)):
-            need[n.input][lin[0][m]] = True
-        elif isinstance(n, LocalJoin):
-            need[n.left][lin[0][m]] = True
-            need[n.right][lin[1][m]] = True
-        elif isinstance(n, LocalAggregate):
-            need[n.input] |= m[lin[0]]
-        elif not isinstance(n, PSource):
-            raise TypeError(f"demand: unknown node {type(n).__name__}")
+        for c, m in zip(n.children, child_demand(n, need[n])):
+            need[c] |= m
     return need
 
+
+def child_demand(n, m: np.ndarray) -> list:
+    """For each child of ``n``, the mask of its tuples that ``n``'s tuples ``m`` are
+    made from (one step of :func:`demand` along ``n``'s lineage)."""
+    if isinstance(n, PSource):
+        return []
+    lin = n.layout.lineage
+    if isinstance(n, LocalAggregate):
+        return [m[lin[0]]]
+    if isinstance(n, (Broadcast, Shuffle, LocalMap, LocalFilter)):
+        made = [(n.input, lin[0][m])]
+    elif isinstance(n, LocalJoin):
+        made = [(n.left, lin[0][m]), (n.right, lin[1][m])]
+    else:
+        raise TypeError(f"demand: unknown node {type(n).__name__}")
+    out = []
+    for c, rows in made:
+        mask = np.zeros(c.layout.ntuples, dtype=bool)
+        mask[rows] = True
+        out.append(mask)
+    return out
