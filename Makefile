@@ -23,9 +23,10 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tra_dask tests
 
-# the tests that start no Dask cluster and are not slow, and the doctests (docs/contributing.md)
+# the tests that start no Dask cluster and are not slow, and the doctests (docs/contributing.md),
+# test by test over the same pytest workers
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not cluster and not slow" tra_dask tests
+	$(PY) -m pytest -n $(TEST_WORKERS) -m "not cluster and not slow" tra_dask tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
