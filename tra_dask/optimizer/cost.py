@@ -25,7 +25,7 @@ import numpy as np
 
 from ..node import toposort
 from ..physical import Broadcast, KeyArrayMap, LocalFilter, LocalMap, PNode, Shuffle, demand
-from ..physical.demand import child_demand
+from ..physical.demand import child_demand, mask_digest
 from ..types import first_of_each
 from ..physical.work import first_moves, node_work
 
@@ -201,14 +201,6 @@ def chunk_bytes(node: PNode, tuples: np.ndarray) -> np.ndarray:
 _MEMO_PER_NODE = 64  # demand patterns remembered per node
 
 
-def _digest(mask: np.ndarray) -> bytes:
-    """A 128-bit fingerprint of a demand mask (a key, not a copy: masks of big joins
-    are tens of MB)."""
-    import hashlib
-
-    return hashlib.blake2b(np.packbits(mask).tobytes() + len(mask).to_bytes(8, "little"), digest_size=16).digest()
-
-
 def _node_cost_memo(node: PNode, model: str, need: dict, digests: dict | None = None) -> NodeCost:
     """``node_cost`` remembered on the node itself, per (model, demand on the node and
     its children): the search re-costs shared subtrees.  Kept on the node so that it
@@ -220,7 +212,7 @@ def _node_cost_memo(node: PNode, model: str, need: dict, digests: dict | None = 
         memo = {}
         object.__setattr__(node, "_cost_memo", memo)
     if digests is None:
-        key = (model, _digest(need[node]), tuple(_digest(need[c]) for c in node.children))
+        key = (model, mask_digest(need[node]), tuple(mask_digest(need[c]) for c in node.children))
     else:
         key = (model, digests[node], tuple(digests[c] for c in node.children))
     hit = memo.get(key)
@@ -245,7 +237,7 @@ def _plan_cost(outputs, model: str, whole: bool, masks: dict | None) -> tuple:
     the code range (``array * sites + destination``) of the moves each counts."""
     nodes = toposort(outputs)
     need = demand(outputs, whole=whole or masks is not None, order=nodes, masks=masks)
-    digests = {n: _digest(need[n]) for n in nodes}  # each mask once (a node's is read by its parents too)
+    digests = {n: mask_digest(need[n]) for n in nodes}  # each mask once (a node's is read by its parents too)
     per = {n: _node_cost_memo(n, model, need, digests) for n in nodes}
     spans = {}
     if model == "exact":
@@ -287,7 +279,7 @@ class DeliveredCosts:
 
     def __call__(self, root: PNode) -> Cost:
         every = np.ones(root.layout.ntuples, dtype=bool)
-        return self._sub(root, every, _digest(every), 0)[0]
+        return self._sub(root, every, mask_digest(every), 0)[0]
 
     def _sub(self, node: PNode, mask: np.ndarray, digest: bytes, depth: int) -> tuple:
         key = (node, digest)
@@ -302,7 +294,7 @@ class DeliveredCosts:
         if depth > self._DEPTH or len(set(map(id, kids))) < len(kids):
             return None
         masks = child_demand(node, mask)
-        kid_digests = [_digest(m) for m in masks]
+        kid_digests = [mask_digest(m) for m in masks]
         below = [self._sub(c, m, d, depth + 1) for c, m, d in zip(kids, masks, kid_digests)]
         per: dict = {}
         spans: dict = {}
@@ -385,7 +377,7 @@ def _needed_moves(n: PNode, mask: np.ndarray, digest: bytes | None) -> tuple:
     if memo is None:
         memo = {}
         object.__setattr__(n, "_moves_memo", memo)
-    key = _digest(mask) if digest is None else digest
+    key = mask_digest(mask) if digest is None else digest
     hit = memo.get(key)
     if hit is None:
         arrays = _needed_move_arrays(n, mask)

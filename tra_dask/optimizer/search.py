@@ -323,6 +323,7 @@ class _Fused:
         self.obj, self.delivered, self.score = obj, delivered, score
         self.fusion: dict = {}
         self.keys: dict = {}
+        self.works: dict = {}  # node works shared by the subplans fused (physical.work.plan_work)
 
     def key(self, c) -> tuple:
         k = self.keys.get(c)
@@ -335,7 +336,7 @@ class _Fused:
             fusion = self.fusion.get(cost.sites)
             if fusion is None:
                 fusion = self.fusion[cost.sites] = fusion_for(spec)
-            k = self.keys[c] = self.obj(cost.with_fused(len(plan_work([c], fusion=fusion).into)))
+            k = self.keys[c] = self.obj(cost.with_fused(len(plan_work([c], fusion=fusion, works=self.works).into)))
         return k
 
     def bound(self, c) -> tuple:

@@ -10,13 +10,15 @@ moves — so prediction and measurement agree.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from ..node import toposort
 from .layout import Layout, _first_copy
 from .nodes import Broadcast, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PSource, Shuffle
 
-__all__ = ["demand", "child_demand", "result_copies"]
+__all__ = ["demand", "child_demand", "mask_digest", "result_copies"]
 
 
 def result_copies(lay: Layout, nkeys: int) -> np.ndarray:
@@ -67,3 +69,9 @@ def child_demand(n, m: np.ndarray) -> list:
         mask[rows] = True
         out.append(mask)
     return out
+
+
+def mask_digest(mask: np.ndarray) -> bytes:
+    """A 128-bit fingerprint of a demand mask (a key, not a copy: masks of big joins
+    are tens of MB)."""
+    return hashlib.blake2b(np.packbits(mask).tobytes() + len(mask).to_bytes(8, "little"), digest_size=16).digest()

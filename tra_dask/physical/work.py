@@ -49,7 +49,7 @@ from ..kernels import flop_factor
 from ..logical.sources import ClusterSource, FromFunction
 from ..node import toposort
 from ..types import first_of_each, unique
-from .demand import demand, result_copies
+from .demand import mask_digest, demand, result_copies
 from .nodes import (Broadcast, ConcatAgg, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PNode, PSource, Shuffle,
                     TileMap)
 
@@ -125,6 +125,16 @@ class NodeWork:
         self.task_tuple = _EMPTY
         _DERIVE[type(node)](self, node)
         self.task_site = lay.sites[self.task_tuple]
+        self._seconds: tuple = (None, None)
+
+    def seconds(self, task_seconds) -> np.ndarray:
+        """``task_seconds(self)`` (the seconds of each task), remembered for the last
+        function asked (a cluster's: :attr:`Fusion.task_seconds`)."""
+        f, got = self._seconds
+        if f is not task_seconds:
+            got = task_seconds(self)
+            self._seconds = (task_seconds, got)
+        return got
 
     # -- the task list ---------------------------------------------------------------------------------
     def _one_task_per_needed(self, kind: str):
@@ -416,12 +426,21 @@ class PlanWork:
     turns the pass off; ``fusion`` (a :class:`Fusion`) holds the workers' threads
     and what makes a task cheap."""
 
-    def __init__(self, outputs, *, fuse: bool = True, fusion: "Fusion | None" = None):
+    def __init__(self, outputs, *, fuse: bool = True, fusion: "Fusion | None" = None, works: dict | None = None):
         fusion = Fusion() if fusion is None else fusion
         self.outputs = tuple(outputs)
         self.order = toposort(self.outputs)
         self.need = demand(self.outputs)
-        self.nodes = {n: NodeWork(n, self.need[n]) for n in self.order}
+        if works is None:
+            self.nodes = {n: NodeWork(n, self.need[n]) for n in self.order}
+        else:  # a caller's cache of node works, per (node, demand): a NodeWork is never changed once made
+            self.nodes = {}
+            for n in self.order:
+                key = (n, mask_digest(self.need[n]))
+                w = works.get(key)
+                if w is None:
+                    w = works[key] = NodeWork(n, self.need[n])
+                self.nodes[n] = w
         self.via: dict = {}
         self.transfers: list[Transfer] = []
         movers = [n for n in self.order if self.nodes[n].kind == "transfer"]
@@ -478,11 +497,13 @@ class PlanWork:
                 f"({self.bytes_moved:,} bytes)>")
 
 
-def plan_work(outputs, *, fuse: bool = True, fusion: "Fusion | None" = None) -> PlanWork:
-    """The work of the plan whose results are ``outputs`` (PNodes, or a Plan)."""
+def plan_work(outputs, *, fuse: bool = True, fusion: "Fusion | None" = None, works: dict | None = None) -> PlanWork:
+    """The work of the plan whose results are ``outputs`` (PNodes, or a Plan).
+    ``works``: a dict the caller keeps to share node works between plans (the search
+    derives the fusion of many subplans that share nodes)."""
     if hasattr(outputs, "outputs"):
         outputs = outputs.outputs
-    return PlanWork(outputs, fuse=fuse, fusion=fusion)
+    return PlanWork(outputs, fuse=fuse, fusion=fusion, works=works)
 
 
 def first_moves(moves: list, nsites: int) -> list:
@@ -577,7 +598,7 @@ def _fusion(work: PlanWork, fusion: Fusion) -> dict:
             continue
         fusable[b:b + m] = w.kind in FUSABLE_KINDS
         if fusable[b] and fusion.task_seconds is not None:
-            seconds[b:b + m] = fusion.task_seconds(w)
+            seconds[b:b + m] = w.seconds(fusion.task_seconds)
         ptr = w.in_ptr
         if not len(w.in_tuple):
             continue
