@@ -475,7 +475,8 @@ def test_a_cancel_that_would_drop_the_client_connection_is_not_made(client):
 
     other = client.submit(lambda: 42, pure=False)
     x = client.submit(lambda: 1, pure=False)
-    lone = client.submit(time.sleep, 30, pure=False)
+    lone = client.submit(time.sleep, 3, pure=False)  # (a worker's thread sleeps on after the cancel:
+    # longer would hold the module's next tests up)
     wait([other, x])
     mid, out = f"mid-{x.key}", f"out-{x.key}"
     res = client.get({mid: (_slow_plus_one, x), out: (_plus, mid, 1)}, out, sync=False)

@@ -14,6 +14,7 @@ from tra_dask.optimizer.bounds import matmul_lower_bound
 import tra_dask.optimizer.search as S
 from test_soundness import programs
 from tra_dask.optimizer.cost import DeliveredCosts, plan_cost
+from tra_dask.optimizer.time import makespan, plan_seconds
 from tra_dask.optimizer.objective import FewestBytes
 from tra_dask.optimizer.rules import RULES
 from tra_dask.physical import Grid
@@ -398,6 +399,8 @@ class _CheckedCosts(DeliveredCosts):
         assert (got.floats_moved, got.bytes_moved) == (want.floats_moved, want.bytes_moved), root
         assert np.array_equal(got.peak_bytes_per_site, want.peak_bytes_per_site), root
         assert np.allclose(got.flops_per_site, want.flops_per_site, rtol=1e-12), root
+        for spec in (td.ClusterSpec(root.nsites), td.ClusterSpec(root.nsites, cores=1)):  # (shared hosts)
+            assert makespan(got, spec) == pytest.approx(plan_seconds(want, spec)[0], rel=1e-12), root
         _CheckedCosts.checked += 1
         return got
 
@@ -407,9 +410,10 @@ class _CheckedCosts(DeliveredCosts):
 @given(programs(), st.sampled_from(["exact", "paper"]))
 def test_incremental_subplan_costs_are_the_whole_subplans(prog, model):
     """The search costs a candidate from its children's subplans' costs where that is
-    exact (cost.DeliveredCosts): on random programs (shared subexpressions, moves of
-    one array in two branches, several outputs, fixed placements) every candidate's
-    cost equals plan_cost of its whole subplan, node by node."""
+    exact (cost.DeliveredCosts), and its predicted seconds from theirs
+    (time.makespan): on random programs (shared subexpressions, moves of one array in
+    two branches, several outputs, fixed placements) every candidate's cost equals
+    plan_cost of its whole subplan, node by node, and its seconds plan_seconds'."""
     outs, sites, placements = prog
     before = _CheckedCosts.checked
     saved = S.DeliveredCosts

@@ -82,6 +82,12 @@ class Cost:
     node_seconds: dict | None = field(default=None, repr=False)  # PNode -> seconds of its busiest site
     fused: int = 0                   # of the nodes' tasks, those that run inside their reader (physical.work)
     results: tuple = ()              # (bytes, chunks) of each result of a whole plan (a subplan's: none)
+    # the costs of the root's children's subplans, when this is a subplan's cost made of
+    # them and its root's own, sharing no node (DeliveredCosts): the time model's
+    # critical path is then theirs and the root's (optimizer.time.makespan)
+    parts: tuple = field(default=(), repr=False, compare=False)
+    # the time model's path terms per ClusterSpec (optimizer.time): a cache, never copied
+    seconds_memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def tasks(self) -> int:
@@ -247,7 +253,7 @@ def _plan_cost(outputs, model: str, whole: bool, masks: dict | None) -> tuple:
     return _summed(model, s, per, results), spans
 
 
-def _summed(model: str, sites: int, per: dict, results: tuple = ()) -> Cost:
+def _summed(model: str, sites: int, per: dict, results: tuple = (), parts: tuple = ()) -> Cost:
     """The Cost of a plan whose nodes cost ``per`` (plan order)."""
     return Cost(
         model, sites,
@@ -255,7 +261,7 @@ def _summed(model: str, sites: int, per: dict, results: tuple = ()) -> Cost:
         sum(c.bytes_moved for c in per.values()),
         np.max([c.peak_bytes_per_site for c in per.values()], axis=0) if per else np.zeros(sites, np.int64),
         np.sum([c.flops_per_site for c in per.values()], axis=0) if per else np.zeros(sites),
-        per, results=results)
+        per, results=results, parts=parts)
 
 
 class DeliveredCosts:
@@ -301,8 +307,8 @@ class DeliveredCosts:
         for c, sp in below:
             per.update(c.nodes)
             spans.update(sp)
-        if len(per) != sum(len(c.nodes) for c, _ in below) and not all(
-                per[n] is nc for c, _ in below for n, nc in c.nodes.items()):
+        disjoint = len(per) == sum(len(c.nodes) for c, _ in below)
+        if not disjoint and not all(per[n] is nc for c, _ in below for n, nc in c.nodes.items()):
             return None  # a node in two children's subplans under different demands
         if self.model == "exact" and isinstance(node, (Broadcast, Shuffle)):
             _, lo, hi, _ = _needed_moves(node, mask, digest)
@@ -313,7 +319,7 @@ class DeliveredCosts:
             return None  # an array may move to one site in two of them
         need = {node: mask, **dict(zip(kids, masks))}
         per[node] = _node_cost_memo(node, self.model, need, {node: digest, **dict(zip(kids, kid_digests))})
-        return _summed(self.model, node.nsites, per), spans
+        return _summed(self.model, node.nsites, per, (), tuple(c for c, _ in below) if disjoint else ()), spans
 
 
 def _result(node: PNode) -> tuple:

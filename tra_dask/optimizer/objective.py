@@ -36,7 +36,7 @@ from typing import Protocol, runtime_checkable
 
 from .cost import Cost
 from .cluster import ClusterSpec
-from .time import plan_seconds, with_seconds
+from .time import makespan, with_seconds
 from ..units import parse_bytes
 
 __all__ = ["Objective", "FewestBytes", "FastestTime", "OBJECTIVES", "as_objective", "parse_memory_limit"]
@@ -115,7 +115,7 @@ class FastestTime:
         return got
 
     def seconds(self, cost: Cost) -> float:
-        return plan_seconds(cost, self.spec(cost.sites))[0]
+        return makespan(cost, self.spec(cost.sites))
 
     def annotate(self, cost: Cost) -> Cost:
         """``cost`` with its predicted seconds filled in."""

@@ -120,7 +120,7 @@ from .cluster import ClusterSpec
 from .cost import Cost, chunk_bytes
 
 __all__ = ["kernel_seconds", "kernel_class", "contraction_class", "memory_bound_rate", "kernel_rate", "call_rate", "write_bandwidth",
-           "plan_seconds", "gather_seconds", "with_seconds", "node_seconds_per_site", "task_seconds", "fusion_for",
+           "plan_seconds", "makespan", "gather_seconds", "with_seconds", "node_seconds_per_site", "task_seconds", "fusion_for",
            "CHEAP_TASKS", "LATE_GRANULES"]
 
 # A task that runs at most this many per-task overheads is cheap: the fusion pass
@@ -357,9 +357,46 @@ def plan_seconds(cost: Cost, spec: ClusterSpec) -> tuple[float, dict]:
         per_node[node] = t
         finish[node] = t + max((finish[c] for c in node.children if c in finish), default=0.0)
         on_site += v
-    path = max(max(finish.values(), default=0.0), busiest(on_site, spec))
-    return (spec.submit_overhead + cost.tasks * spec.task_overhead + path + gather_seconds(cost.results, spec),
-            per_node)
+    return _makespan(cost, spec, max(finish.values(), default=0.0), on_site), per_node
+
+
+def makespan(cost: Cost, spec: ClusterSpec) -> float:
+    """``plan_seconds(cost, spec)[0]``, from the path terms of the subplans a search's
+    cost is made of where it is (:attr:`Cost.parts`), remembered per spec: the search
+    ranks thousands of candidates that share their subplans."""
+    if spec.sites != cost.sites:
+        spec = spec.with_sites(cost.sites)
+    _, longest, on_site = _path(cost, spec)
+    return _makespan(cost, spec, longest, on_site)
+
+
+def _path(cost: Cost, spec: ClusterSpec) -> tuple:
+    """``(finish of the last node, the latest finish, seconds per site)`` of a plan in
+    plan order: the critical path and the sites' totals of :func:`plan_seconds`."""
+    got = cost.seconds_memo.get(spec)
+    if got is None:
+        nodes = list(cost.nodes.items())
+        if cost.parts:  # the root is last, over its children's subplans (in child order)
+            root, nc = nodes[-1]
+            t, v = _memo_seconds(nc, spec)
+            below = [_path(c, spec) for c in cost.parts]
+            last = t + max((b[0] for b in below), default=0.0)
+            got = (last, max([last] + [b[1] for b in below]), v + sum(b[2] for b in below))
+        else:
+            finish: dict = {}
+            on_site = np.zeros(cost.sites)
+            for node, nc in nodes:
+                t, v = _memo_seconds(nc, spec)
+                finish[node] = t + max((finish[c] for c in node.children if c in finish), default=0.0)
+                on_site += v
+            got = (finish[nodes[-1][0]] if nodes else 0.0, max(finish.values(), default=0.0), on_site)
+        cost.seconds_memo[spec] = got
+    return got
+
+
+def _makespan(cost: Cost, spec: ClusterSpec, longest: float, on_site: np.ndarray) -> float:
+    path = max(longest, busiest(on_site, spec))
+    return spec.submit_overhead + cost.tasks * spec.task_overhead + path + gather_seconds(cost.results, spec)
 
 
 def gather_seconds(results, spec: ClusterSpec) -> float:
