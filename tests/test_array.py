@@ -350,6 +350,9 @@ def test_several_outputs_planned_together(client):
     r = np.random.default_rng(9)
     X, Y = r.standard_normal((40, 8)), np.eye(3)[r.integers(0, 3, 40)]
     W1, W2 = r.standard_normal((8, 12)) * 0.3, r.standard_normal((12, 3)) * 0.3
+    # a dask input, the others cut by hand (the chunk choice of an FFNN step, a search per
+    # candidate, is test_estimate's and the fault tests')
+    Y, W1, W2 = td.from_array(Y, chunks=(10, 3)), td.from_array(W1, chunks=(8, 6)), td.from_array(W2, chunks=(6, 3))
     step = ffnn_sgd_step_array(da.from_array(X, chunks=(10, 8)), Y, W1, W2, 0.05)
     got = td.compute(step, client)
     want = td.to_numpy(step)

@@ -129,10 +129,13 @@ def test_the_ffnn_array_step_survives_a_worker_killed_while_it_is_submitted():
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_worker_killed_while_the_cluster_is_calibrated(calibrating):
-    """The first plan on a user's cluster measures it (~3-4 s): a worker killed then
-    fails that measurement's calls; the expression is planned again on the workers
-    there are."""
-    step, want = _ffnn_step()
+    """The first plan on a user's cluster measures it (seconds): a worker killed then
+    fails that measurement's calls; the expression (two results) is planned again on
+    the workers there are."""
+    rng = np.random.default_rng(1)
+    a, b = rng.random((64, 32)), rng.random((32, 48))
+    A, B = td.from_array(a, chunks=16, name="A"), td.from_array(b, chunks=16, name="B")
+    step, want = (td.einsum("ij,jk->ik", A, B), td.einsum("ij->j", A)), (a @ b, a.sum(axis=0))
     with dask.config.set(CONFIG), _cluster() as cl, Client(cl) as c:
         _, got = _killed_while_submitted(c, step, 0.5)
         for g, w in zip(got, want):

@@ -206,8 +206,9 @@ def _evaluated(expr) -> list:
 
 
 @pytest.mark.parametrize("how", ["compile", "optimize"])
-@pytest.mark.parametrize("sites", SITES)
-@pytest.mark.parametrize("name", list(PROGRAMS))
+@pytest.mark.parametrize("name,sites", [(n, s) for n in PROGRAMS for s in SITES
+                                        if (n, s) != ("ffnn sgd step (two outputs)", 3)])
+# (the FFNN step's search on 3 sites is the suite's longest here; 2 and 5 sites cover it)
 def test_predicted_tasks_and_moves_are_the_lowered_ones(name, sites, how):
     check_work(_plan(how, PROGRAMS[name], sites))
 
