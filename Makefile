@@ -17,11 +17,12 @@ $(STAMP): pyproject.toml | $(PY)
 demo: $(STAMP)
 	$(VENV)/bin/tra-dask run matmul --shape general --scale 0.1 --sites 2
 
-# two pytest workers, each taking whole files (a module's shared cluster is started once,
-# in the worker that runs it); TEST_WORKERS=0 runs the suite in one process
+# two pytest workers, each taking half the suite in file order (a module's shared cluster
+# is started once, in the worker that runs it) and, once done, stealing what the other has
+# not started (a module split so starts its cluster in both); TEST_WORKERS=0: one process
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tra_dask tests
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal tra_dask tests
 
 # the tests that start no Dask cluster and are not slow, and the doctests (docs/contributing.md),
 # test by test over the same pytest workers
