@@ -4,6 +4,7 @@ hot path): the signature, rebinding, the LRU, and the runtime's use of it."""
 from __future__ import annotations
 
 import gc
+import time
 import weakref
 
 import dask
@@ -173,6 +174,70 @@ def test_repeated_submissions_reuse_the_plan_on_a_cluster(client):
     rf = td.submit(_mm(a, b, (20, 20)), client=client)
     assert rf.plan.stages[0].name == "cache"
     np.testing.assert_allclose(rf.to_numpy(), a @ b)
+
+
+def test_threads_that_miss_one_key_at_once_plan_it_once(client, monkeypatch):
+    """Eight threads plan the same structure over their own data at once: one of them
+    searches, the others wait for its plan and get it from the cache (rebound to their
+    data), each exact."""
+    import importlib
+    import threading
+
+    submit = importlib.import_module("tra_dask.runtime.submit")  # (the package's `submit` is the function)
+    submit._plan_cache(client).clear()
+    searches, real = [], submit._optimize
+
+    def slow_search(*a, **k):  # (long enough that every thread misses while it runs)
+        searches.append(1)
+        time.sleep(1.0)
+        return real(*a, **k)
+
+    monkeypatch.setattr(submit, "_optimize", slow_search)
+    rng = np.random.default_rng(11)
+    data = [(rng.random((12, 9)), rng.random((9, 6))) for _ in range(8)]
+    got, errors = [None] * 8, []
+
+    def plan(i):
+        try:
+            got[i] = td.plan_for(_mm(*data[i], (3, 3)), client)
+        except Exception as e:  # (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=plan, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert len(searches) == 1
+    assert sum(p.stages[0].name == "cache" for p in got) == 7
+    for p, (a, b) in zip(got, data):
+        np.testing.assert_allclose(td.to_numpy(p.expr, td.simulate(p).result), a @ b, rtol=1e-12)
+
+
+def test_a_planner_that_fails_lets_the_waiting_threads_plan():
+    """The thread planning a key is done whether it succeeds or raises: the others wait
+    for it, then look again (and plan themselves on a miss)."""
+    import threading
+
+    cache, order = PlanCache(), []
+
+    def first():
+        with pytest.raises(RuntimeError), cache.planning("k") as mine:
+            assert mine
+            order.append("first plans")
+            time.sleep(0.5)
+            raise RuntimeError("no plan")
+
+    t = threading.Thread(target=first)
+    t.start()
+    time.sleep(0.1)
+    with cache.planning("k") as mine:
+        order.append(f"second planning: {mine}")
+    t.join(10)
+    assert order == ["first plans", "second planning: False"]
+    with cache.planning("k") as mine:
+        assert mine  # nobody is planning it now
 
 
 def test_the_cache_can_be_turned_off(client):

@@ -14,6 +14,7 @@ operators, placements and predicted cost, over the new data.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -194,13 +195,36 @@ def _summary(search):
 class PlanCache:
     """An LRU of plans by key (``maxsize`` entries; ``hits``/``misses`` counted).
     Each is kept over :class:`Slot` stand-ins, so it keeps no data alive.
-    Thread-safe: submissions from several threads share one cache."""
+    Thread-safe: submissions from several threads share one cache, and a key missed
+    by several at once is planned by one of them (:meth:`planning`) while the others
+    wait for its plan."""
 
     def __init__(self, maxsize: int = 64):
         self.maxsize = maxsize
         self._items: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
+        self._planning: dict = {}  # key -> Event set when the thread planning it is done
         self.hits = self.misses = 0
+
+    @contextlib.contextmanager
+    def planning(self, key):
+        """Held while this thread plans ``key`` after a miss: yields True when it is the
+        one to plan it, False when another thread was (the caller then looks again
+        once it is done, and plans it itself if it still misses)."""
+        with self._lock:
+            busy = self._planning.get(key)
+            if busy is None:
+                mine = self._planning[key] = threading.Event()
+        if busy is not None:
+            busy.wait()
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            with self._lock:
+                del self._planning[key]
+            mine.set()
 
     def get(self, key, new_expr, new_sources, accept=None) -> Plan | None:
         """The cached plan for ``key`` over ``new_sources`` (None on a miss, or when

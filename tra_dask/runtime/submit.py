@@ -99,14 +99,26 @@ def _plan_for(expr, client, workers, *, optimize, memory_limit, cost_model, obje
     target, room = target_for(client, workers, expr, memory_limit=memory_limit, calibrate=calibrate,
                               objective=objective, cost_model=cost_model, gathers=gathers)
     cache = _plan_cache(client) if dask.config.get("tra-dask.plan-cache", True) else None
-    if cache is not None:
-        placements = target.placement_map
-        sig, sources = signature(expr, lambda s: placements[s].token if placements and s in placements else None)
-        key = (sig, tuple(workers), cost_model, _objective_token(objective), target.cluster, options, beam, budget,
-               room is None and target.memory_limit)
+    if cache is None:
+        return _searched(expr, client, workers, target, room, objective, options, beam, budget)[0]
+    placements = target.placement_map
+    sig, sources = signature(expr, lambda s: placements[s].token if placements and s in placements else None)
+    key = (sig, tuple(workers), cost_model, _objective_token(objective), target.cluster, options, beam, budget,
+           room is None and target.memory_limit)
+    while True:  # (a miss another thread is planning: its plan, once it is in the cache)
         plan = cache.get(key, expr, sources, accept=lambda p, limit: _fits(p, limit, target.memory_limit))
         if plan is not None:
             return plan
+        with cache.planning(key) as mine:
+            if mine:
+                plan, limit = _searched(expr, client, workers, target, room, objective, options, beam, budget)
+                cache.put(key, plan, sources, limit)
+                return plan
+
+
+def _searched(expr, client, workers, target, room, objective, options, beam, budget) -> tuple:
+    """``(plan, the memory limit it was planned for)``: the search for ``expr`` on
+    ``target``, asking the workers once to hand memory back before saying no plan fits."""
     for again in (False, True):
         try:
             plan = _optimize(expr, target, objective=objective, options=options, beam=beam, budget=budget)
@@ -121,9 +133,7 @@ def _plan_for(expr, client, workers, *, optimize, memory_limit, cost_model, obje
                 raise NoPlanFits(f"{e} (the limit is the cluster's: {room.why})") from None
             room = more
             target = target.replace(memory_limit=float(more))
-    if cache is not None:
-        cache.put(key, plan, sources, target.memory_limit)
-    return plan
+    return plan, target.memory_limit
 
 
 _PLAN_CACHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # client -> PlanCache
