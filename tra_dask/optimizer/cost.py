@@ -282,10 +282,14 @@ class DeliveredCosts:
             raise ValueError(f"unknown cost_model {model!r}; valid: {', '.join(COST_MODELS)}")
         self.model = model
         self.subs: dict = {}  # (node, digest of its demand) -> (Cost of its subplan, its moves' spans)
+        self.delivered: dict = {}  # root -> Cost of its subplan delivering all its tuples
 
     def __call__(self, root: PNode) -> Cost:
-        every = np.ones(root.layout.ntuples, dtype=bool)
-        return self._sub(root, every, mask_digest(every), 0)[0]
+        hit = self.delivered.get(root)
+        if hit is None:
+            every = np.ones(root.layout.ntuples, dtype=bool)
+            hit = self.delivered[root] = self._sub(root, every, mask_digest(every), 0)[0]
+        return hit
 
     def _sub(self, node: PNode, mask: np.ndarray, digest: bytes, depth: int) -> tuple:
         key = (node, digest)

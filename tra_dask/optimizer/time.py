@@ -349,15 +349,23 @@ def plan_seconds(cost: Cost, spec: ClusterSpec) -> tuple[float, dict]:
     the module doc; the makespan includes the submission and per-task overheads)."""
     if spec.sites != cost.sites:
         spec = spec.with_sites(cost.sites)
+    per_node, finish, on_site = _walk(cost, spec)
+    return _makespan(cost, spec, max(finish.values(), default=0.0), on_site), per_node
+
+
+def _walk(cost: Cost, spec: ClusterSpec) -> tuple:
+    """``({node: seconds of its busiest site}, {node: when it finishes}, seconds per
+    site)``: the plan's nodes in plan order (children before parents), each starting
+    when its last child finishes."""
     per_node: dict = {}
     finish: dict = {}
     on_site = np.zeros(cost.sites)  # every node's vector has one entry per site of the plan
-    for node, nc in cost.nodes.items():  # plan order: children before parents
+    for node, nc in cost.nodes.items():
         t, v = _memo_seconds(nc, spec)
         per_node[node] = t
         finish[node] = t + max((finish[c] for c in node.children if c in finish), default=0.0)
         on_site += v
-    return _makespan(cost, spec, max(finish.values(), default=0.0), on_site), per_node
+    return per_node, finish, on_site
 
 
 def makespan(cost: Cost, spec: ClusterSpec) -> float:
@@ -375,21 +383,14 @@ def _path(cost: Cost, spec: ClusterSpec) -> tuple:
     plan order: the critical path and the sites' totals of :func:`plan_seconds`."""
     got = cost.seconds_memo.get(spec)
     if got is None:
-        nodes = list(cost.nodes.items())
         if cost.parts:  # the root is last, over its children's subplans (in child order)
-            root, nc = nodes[-1]
-            t, v = _memo_seconds(nc, spec)
+            t, v = _memo_seconds(next(reversed(cost.nodes.values())), spec)
             below = [_path(c, spec) for c in cost.parts]
             last = t + max((b[0] for b in below), default=0.0)
             got = (last, max([last] + [b[1] for b in below]), v + sum(b[2] for b in below))
         else:
-            finish: dict = {}
-            on_site = np.zeros(cost.sites)
-            for node, nc in nodes:
-                t, v = _memo_seconds(nc, spec)
-                finish[node] = t + max((finish[c] for c in node.children if c in finish), default=0.0)
-                on_site += v
-            got = (finish[nodes[-1][0]] if nodes else 0.0, max(finish.values(), default=0.0), on_site)
+            _, finish, on_site = _walk(cost, spec)
+            got = (next(reversed(finish.values()), 0.0), max(finish.values(), default=0.0), on_site)
         cost.seconds_memo[spec] = got
     return got
 

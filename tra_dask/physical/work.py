@@ -49,7 +49,7 @@ from ..kernels import flop_factor
 from ..logical.sources import ClusterSource, FromFunction
 from ..node import toposort
 from ..types import first_of_each, unique
-from .demand import mask_digest, demand, result_copies
+from .demand import demand, mask_digest, result_copies
 from .nodes import (Broadcast, ConcatAgg, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PNode, PSource, Shuffle,
                     TileMap)
 
