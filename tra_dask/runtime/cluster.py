@@ -270,12 +270,22 @@ def _close_embedded() -> None:
                 _wait_done(pending, client, timeout=5)
             except TimeoutError:
                 cancel_safely(client, pending)
-                client.run(lambda: None)  # a round trip: the cancellations have reached the workers
+            client.run(_stop_heartbeat)  # a round trip: the cancellations have reached the workers
         except Exception:
             pass
         client.close()
     if cluster is not None:
         cluster.close()
+
+
+def _stop_heartbeat(dask_worker) -> None:
+    """On a worker of the embedded cluster as it closes: no more heartbeats.  The
+    scheduler may close before a worker does, and distributed logs a heartbeat that
+    meets the closed scheduler as an ERROR with its traceback (dask/distributed#7192);
+    at exit nothing needs them."""
+    pc = dask_worker.periodic_callbacks.get("heartbeat")
+    if pc is not None:
+        pc.stop()
 
 
 try:  # close before the interpreter's thread pools shut down (plain atexit runs after)
