@@ -125,8 +125,8 @@ def test_a_frozen_worker_is_detected_and_the_plan_recovers():
 @pytest.mark.timeout(240)
 def test_compute_with_progress_and_chained_results_recover(capsys):
     rng = np.random.default_rng(0)
-    X = td.from_numpy(rng.random((64, 32)), (16, 16), name="X")
-    Y = td.from_numpy(np.eye(8)[rng.integers(0, 8, 64)], (16, 8), name="Y")
+    X = td.from_numpy(rng.random((64, 32)), (32, 16), name="X")
+    Y = td.from_numpy(np.eye(8)[rng.integers(0, 8, 64)], (32, 8), name="Y")
     W1 = td.from_numpy(rng.random((32, 16)) * 0.1, (16, 8), name="W1")
     W2 = td.from_numpy(rng.random((16, 8)) * 0.1, (8, 8), name="W2")
     want = td.evaluate(ffnn_sgd_step(X, Y, W1, W2, 0.1))

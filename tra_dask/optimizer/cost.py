@@ -239,8 +239,9 @@ def plan_cost(outputs, model: str = "exact", *, whole: bool = False, masks: dict
 
 
 def _plan_cost(outputs, model: str, whole: bool, masks: dict | None) -> tuple:
-    """``(plan_cost(...), spans)``; ``spans``: ``{Broadcast/Shuffle node: (lo, hi)}``,
-    the code range (``array * sites + destination``) of the moves each counts."""
+    """``(plan_cost(...), spans)``; ``spans``: ``{Broadcast/Shuffle node: (lo, hi,
+    digest)}``, the code range (``array * sites + destination``) of the moves each
+    counts, and the digest of its demand (its moves are remembered under it)."""
     nodes = toposort(outputs)
     need = demand(outputs, whole=whole or masks is not None, order=nodes, masks=masks)
     digests = {n: mask_digest(need[n]) for n in nodes}  # each mask once (a node's is read by its parents too)
@@ -317,13 +318,41 @@ class DeliveredCosts:
         if self.model == "exact" and isinstance(node, (Broadcast, Shuffle)):
             _, lo, hi, _ = _needed_moves(node, mask, digest)
             if lo <= hi:
-                spans[node] = (lo, hi)
-        ranges = sorted(spans.values())
-        if any(a[1] >= b[0] for a, b in zip(ranges, ranges[1:])):
-            return None  # an array may move to one site in two of them
+                spans[node] = (lo, hi, digest)
+        ranges = sorted(v[:2] for v in spans.values())
+        if any(a[1] >= b[0] for a, b in zip(ranges, ranges[1:])) and not _moved_once(node, below, spans):
+            return None  # an array moves to one site in two of them (or that is not proved otherwise)
         need = {node: mask, **dict(zip(kids, masks))}
         per[node] = _node_cost_memo(node, self.model, need, {node: digest, **dict(zip(kids, kid_digests))})
         return _summed(self.model, node.nsites, per, (), tuple(c for c, _ in below) if disjoint else ()), spans
+
+
+def _moved_once(node: PNode, below: list, spans: dict) -> bool:
+    """Whether adding the subplans ``below`` (each ``(Cost, spans)``) and ``node``
+    counts each move of an array to a site where ``plan_cost`` of the whole counts it:
+    every (array, site) code moved by two movers is moved by two of one child's
+    subplan alone (that subplan's cost already counted it for the first; the whole
+    plan's order keeps that subplan's order), never by movers of two children, by a
+    mover two children share, or by ``node`` itself.  False when a mover's moves are
+    not remembered (evicted, or too many to keep): not proved."""
+    owner: dict = {}
+    for i, (_, sp) in enumerate(below):
+        for m in sp:
+            owner[m] = i if owner.get(m, i) == i else -1  # -1: in two children's subplans
+    owner[node] = -1
+    codes, labels = [], []
+    for m, (lo, hi, digest) in spans.items():
+        hit = m.__dict__.get("_moves_memo", {}).get(digest)
+        if hit is None or hit[3] is None:
+            return False
+        a = hit[3]
+        codes.append(a[0] * np.int64(m.nsites) + a[1])
+        labels.append(np.full(len(a[0]), owner.get(m, -1), np.int64))
+    code, label = np.concatenate(codes), np.concatenate(labels)
+    order = np.argsort(code, kind="stable")
+    code, label = code[order], label[order]
+    dup = code[1:] == code[:-1]  # a code moved by two movers (a mover's own moves are distinct)
+    return not np.any(dup & ((label[1:] < 0) | (label[:-1] < 0) | (label[1:] != label[:-1])))
 
 
 def _result(node: PNode) -> tuple:
@@ -350,8 +379,9 @@ def _one_transfer_per_array_and_site(nodes, need, per, digests: dict | None = No
     if not movers:
         return dict(per), {}
     parts = [_needed_moves(n, need[n], None if digests is None else digests[n]) for n in movers]
-    counted = {n: (p[1], p[2]) for n, p in zip(movers, parts) if p[1] <= p[2]}
-    spans = sorted(counted.values())
+    counted = {n: (p[1], p[2], digests[n] if digests is not None else mask_digest(need[n]))
+               for n, p in zip(movers, parts) if p[1] <= p[2]}
+    spans = sorted(v[:2] for v in counted.values())
     if all(a[1] < b[0] for a, b in zip(spans, spans[1:])):  # disjoint ranges: no code in two nodes
         per_node = [p[0] for p in parts]
     else:
