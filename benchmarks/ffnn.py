@@ -71,7 +71,7 @@ def main(argv=None):
     p.set_defaults(dtype=["float32", "float64"])
     args = p.parse_args(argv)
     if args.quick:
-        args.scale, args.repeat, args.dtype, args.alternatives = 0.05, 1, args.dtype[:1], 1
+        args.scale, args.repeat, args.dtype, args.alternatives = 0.05, 1, args.dtype[:1], 0
     client = start_cluster(args.sites)
     torch = torch_or_none()
     seeds = itertools.count()
