@@ -270,7 +270,7 @@ def _close_embedded() -> None:
                 _wait_done(pending, client, timeout=5)
             except TimeoutError:
                 cancel_safely(client, pending)
-            client.run(_stop_heartbeat)  # a round trip: the cancellations have reached the workers
+            client.run(_stop_heartbeat, callback_timeout=10)  # a round trip: the cancellations have reached the workers
         except Exception:
             pass
         client.close()
