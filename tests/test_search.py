@@ -405,6 +405,26 @@ class _CheckedCosts(DeliveredCosts):
         return got
 
 
+def test_a_move_of_a_renamed_copy_is_costed_as_the_whole_subplan():
+    """Two moves of one array to one site make one copy (the second is renamed to the
+    first's), so a later move of the second copy repeats a move of the first: its codes
+    do not show it.  The incremental cost must take it from the whole subplan (here 8
+    floats, not 12)."""
+    from tra_dask.keys import insert_dim
+    from tra_dask.physical import Part, PSource, Shuffle
+    from tra_dask.physical.nodes import KeyArrayMap, LocalMap
+
+    S_ = td.from_numpy(np.arange(4.0).reshape(1, 4), (1, 4), name="S")
+    two = LocalMap(PSource(S_, Part((0,), 3)), KeyArrayMap(insert_dim(2, 2)))  # keys 0, 1: one array, site 0
+    m1 = Shuffle(two, (2,), table=(1, 0))  # key 0 to site 1 (copy c1)
+    m2 = Shuffle(m1, (2,), table=(1, 1))  # key 1 to site 1: the same array again (c2 is c1)
+    m3 = Shuffle(m2, (2,), table=(2, 1))  # c1 to site 2
+    n = Shuffle(m3, (2,), table=(2, 2))  # c2 (= c1) to site 2: no transfer
+    got, want = DeliveredCosts("exact")(n), plan_cost([n], "exact", whole=True)
+    assert [c.floats_moved for c in got.nodes.values()] == [c.floats_moved for c in want.nodes.values()]
+    assert got.floats_moved == want.floats_moved == td.simulate(td.Plan((n,))).floats_moved == 8
+
+
 @settings(max_examples=40, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
 @given(programs(), st.sampled_from(["exact", "paper"]))

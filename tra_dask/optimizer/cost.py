@@ -271,9 +271,10 @@ class DeliveredCosts:
     node's subplan under a demand on its tuples is its own node cost and its
     children's subplans' under the demand it puts on them, each remembered per
     (node, demand) — the search meets one subplan under many candidates.  Adding
-    subplans is exact when they share no node and no array moves to one site in two
-    of them (their moves' code ranges are disjoint: :func:`_one_transfer_per_array_and_site`
-    would count it once); otherwise, and for a node that reads one child twice, it is
+    subplans is exact when they share no node under different demands and no array
+    moves to one site in two of them (their moves' code ranges are disjoint, or
+    :func:`_moved_once` proves it: :func:`_one_transfer_per_array_and_site` would count
+    it once); otherwise, and for a node that reads one child twice, it is
     ``plan_cost`` of the subplan."""
 
     _DEPTH = 200  # deeper than this, a subplan is costed whole (no deep recursion)
@@ -333,8 +334,11 @@ def _moved_once(node: PNode, below: list, spans: dict) -> bool:
     every (array, site) code moved by two movers is moved by two of one child's
     subplan alone (that subplan's cost already counted it for the first; the whole
     plan's order keeps that subplan's order), never by movers of two children, by a
-    mover two children share, or by ``node`` itself.  False when a mover's moves are
-    not remembered (evicted, or too many to keep): not proved."""
+    mover two children share, or by ``node`` itself; and when ``node`` moves, by no two
+    movers at all (a repeated move's copy is the first one's, so a later move of it
+    may repeat a move it does not repeat by its codes: ``first_moves`` renames, this
+    check does not).  False when a mover's moves are not remembered (evicted, or too
+    many to keep): not proved."""
     owner: dict = {}
     for i, (_, sp) in enumerate(below):
         for m in sp:
@@ -352,6 +356,8 @@ def _moved_once(node: PNode, below: list, spans: dict) -> bool:
     order = np.argsort(code, kind="stable")
     code, label = code[order], label[order]
     dup = code[1:] == code[:-1]  # a code moved by two movers (a mover's own moves are distinct)
+    if node in spans:
+        return not np.any(dup)
     return not np.any(dup & ((label[1:] < 0) | (label[:-1] < 0) | (label[1:] != label[:-1])))
 
 
