@@ -13,6 +13,7 @@ from tra_dask.keys import k0, k1
 from tra_dask.optimizer.bounds import matmul_lower_bound
 import tra_dask.optimizer.search as S
 from test_soundness import programs
+from tra_dask.node import toposort
 from tra_dask.optimizer.cost import DeliveredCosts, plan_cost
 from tra_dask.optimizer.time import makespan, plan_seconds
 from tra_dask.optimizer.objective import FewestBytes
@@ -423,6 +424,39 @@ def test_a_move_of_a_renamed_copy_is_costed_as_the_whole_subplan():
     got, want = DeliveredCosts("exact")(n), plan_cost([n], "exact", whole=True)
     assert [c.floats_moved for c in got.nodes.values()] == [c.floats_moved for c in want.nodes.values()]
     assert got.floats_moved == want.floats_moved == td.simulate(td.Plan((n,))).floats_moved == 8
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, database=None)
+@given(st.integers(2, 4), st.data())
+def test_chains_of_moves_of_one_array_cost_as_their_whole_subplans(keys, data):
+    """Chains of moves (Shuffles to random sites, Broadcasts) over keys that all hold one
+    array — repeated moves, renamed copies, moves of them — and joins of two such
+    chains: every node's incremental cost is plan_cost of its whole subplan."""
+    from tra_dask.keys import insert_dim
+    from tra_dask.physical import Broadcast, LocalJoin, Part, PlacementError, PSource, Shuffle
+    from tra_dask.physical.nodes import KeyArrayMap, LocalMap
+
+    S_ = td.from_numpy(np.arange(4.0).reshape(1, 4), (1, 4), name="S")
+    base = LocalMap(PSource(S_, Part((0,), 3)), KeyArrayMap(insert_dim(2, keys)))
+
+    def chain(n):
+        for _ in range(data.draw(st.integers(1, 5))):
+            if data.draw(st.integers(0, 4)) == 0 and n.layout.nsites:
+                n = Broadcast(n)
+            else:
+                n = Shuffle(n, (2,), table=tuple(data.draw(st.lists(st.integers(0, 2), min_size=keys, max_size=keys))))
+        return n
+
+    roots = [chain(base)]
+    try:
+        roots.append(LocalJoin(roots[0], chain(base), (2,), (2,), td.kernels.get_kernel("add")))
+    except PlacementError:  # the two chains' placements do not co-locate the keys
+        pass
+    delivered = DeliveredCosts("exact")
+    for n in toposort(roots):
+        got, want = delivered(n), plan_cost([n], "exact", whole=True)
+        assert list(got.nodes) == list(want.nodes)
+        assert [c.floats_moved for c in got.nodes.values()] == [c.floats_moved for c in want.nodes.values()], n
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, database=None,

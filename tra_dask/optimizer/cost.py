@@ -330,20 +330,19 @@ class DeliveredCosts:
 
 def _moved_once(node: PNode, below: list, spans: dict) -> bool:
     """Whether adding the subplans ``below`` (each ``(Cost, spans)``) and ``node``
-    counts each move of an array to a site where ``plan_cost`` of the whole counts it:
-    every (array, site) code moved by two movers is moved by two of one child's
-    subplan alone (that subplan's cost already counted it for the first; the whole
-    plan's order keeps that subplan's order), never by movers of two children, by a
-    mover two children share, or by ``node`` itself; and when ``node`` moves, by no two
-    movers at all (a repeated move's copy is the first one's, so a later move of it
-    may repeat a move it does not repeat by its codes: ``first_moves`` renames, this
-    check does not).  False when a mover's moves are not remembered (evicted, or too
-    many to keep): not proved."""
+    counts each move of an array to a site where ``plan_cost`` of the whole counts it.
+    A non-moving ``node``: every (array, site) code moved by two movers is moved by two
+    of one child's subplan alone, or by two that are each in several children's
+    subplans with one cost (the caller checked that those children's costs agree on
+    them).  Those subplans' costs counted it once, for the first; the whole plan's
+    order keeps each subplan's order.  A moving ``node``: no code is moved twice at all (a repeated
+    move's copy is the first one's, so a later move of it may repeat a move its codes
+    do not show: ``first_moves`` renames, this check does not).  False when a mover's
+    moves are not remembered (evicted, or too many to keep): not proved."""
     owner: dict = {}
     for i, (_, sp) in enumerate(below):
         for m in sp:
             owner[m] = i if owner.get(m, i) == i else -1  # -1: in two children's subplans
-    owner[node] = -1
     codes, labels = [], []
     for m, (lo, hi, digest) in spans.items():
         hit = m.__dict__.get("_moves_memo", {}).get(digest)
@@ -351,14 +350,14 @@ def _moved_once(node: PNode, below: list, spans: dict) -> bool:
             return False
         a = hit[3]
         codes.append(a[0] * np.int64(m.nsites) + a[1])
-        labels.append(np.full(len(a[0]), owner.get(m, -1), np.int64))
+        labels.append(np.full(len(a[0]), owner.get(m, -2), np.int64))  # (-2: node)
     code, label = np.concatenate(codes), np.concatenate(labels)
     order = np.argsort(code, kind="stable")
     code, label = code[order], label[order]
     dup = code[1:] == code[:-1]  # a code moved by two movers (a mover's own moves are distinct)
     if node in spans:
         return not np.any(dup)
-    return not np.any(dup & ((label[1:] < 0) | (label[:-1] < 0) | (label[1:] != label[:-1])))
+    return not np.any(dup & (label[1:] != label[:-1]))
 
 
 def _result(node: PNode) -> tuple:
