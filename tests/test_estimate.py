@@ -82,6 +82,16 @@ def test_the_estimate_prices_the_time_models_terms():
     assert Estimator(cl, 4, small)([1024] * len(cl.classes)) < math.inf
 
 
+def test_chunkings_too_large_to_plan_are_refused_saying_so(plans):
+    """20000³ on 2 sites of 50 MB: every chunking ranked (up to 8 blocks per index) has a
+    block product over a site's memory, so none is planned, and the refusal says that and
+    the least bytes any needs (three 2500² float64 blocks)."""
+    with pytest.raises(NoPlanFits, match=r"none was planned; the least any needs is 150,000,000 bytes per site "
+                                          r"against the limit of 50,000,000 bytes"):
+        (arr(20000, 20000) @ arr(20000, 20000)).to_relation(sites=2, memory_limit=50e6)
+    assert plans == []
+
+
 def test_no_chunking_fits_says_the_bytes_needed_and_gives_up_soon(plans):
     with pytest.raises(NoPlanFits, match=r"the least any needs is [\d,]+ bytes per site against the limit of "
                                           r"60,000,000 bytes"):

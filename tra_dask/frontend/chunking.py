@@ -354,6 +354,8 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
                 refusals.append(str(e))
                 if footprint is not None:
                     unfit = min(unfit, footprint(k))
+        if not tried and footprint is not None:  # every chunking ruled out before planning
+            raise NoPlanFits(_too_large_msg(cl, ranked, footprint, estimate.memory))
         if not tried or all(v[1] == math.inf for v in tried.values()):
             raise NoPlanFits(tried_msg(cl, tried or {k: None for _, k in ranked}, refusals))
         best = list(min(tried, key=lambda k: tried[k][1]))
@@ -392,6 +394,17 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
                       + (" (the closest planned again in full)" if final is not None else "")
                       if len(tried) > 1 else choice.describe())
     return choice
+
+
+def _too_large_msg(cl: AxisClasses, ranked: list, footprint, memory: float) -> str:
+    """Why no chunking fits when none was planned: in every one, a block product's
+    operands and result are more than a site's memory."""
+    least = min(footprint(k) for _, k in ranked)
+    return (f"no chunking fits in memory: in each of the {len(ranked)} chunking(s) of "
+            f"{', '.join(cl.describe(ci) for ci in range(len(cl.classes)) if cl.extent[ci] > 1)} "
+            f"ranked, one product's blocks (its operands and result) are more than a site holds, so none "
+            f"was planned; the least any needs is {least:,.0f} bytes per site against the limit of "
+            f"{memory:,.0f} bytes; use more workers or a larger limit")
 
 
 def tried_msg(cl: AxisClasses, tried: dict, refusals=()) -> str:

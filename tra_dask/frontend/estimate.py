@@ -91,6 +91,7 @@ class Estimator:
             else:
                 s, t = self._other(n, nb, blocks)
             if s == math.inf:
+                self.footprints[tuple(blocks)] = self._footprint  # (what the refusal says)
                 return math.inf
             seconds += s
             tasks += t
