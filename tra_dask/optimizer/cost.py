@@ -335,10 +335,11 @@ def _moved_once(node: PNode, below: list, spans: dict) -> bool:
     of one child's subplan alone, or by two that are each in several children's
     subplans with one cost (the caller checked that those children's costs agree on
     them).  Those subplans' costs counted it once, for the first; the whole plan's
-    order keeps each subplan's order.  A moving ``node``: no code is moved twice at all (a repeated
-    move's copy is the first one's, so a later move of it may repeat a move its codes
-    do not show: ``first_moves`` renames, this check does not).  False when a mover's
-    moves are not remembered (evicted, or too many to keep): not proved."""
+    order keeps each subplan's order.  A moving ``node``: no code is moved twice at
+    all (a repeated move's copy is the first one's, so a later move of it may repeat
+    a move its codes do not show: ``first_moves`` renames, this check does not).
+    False when a mover's moves are not remembered (evicted, or too many to keep):
+    not proved."""
     owner: dict = {}
     for i, (_, sp) in enumerate(below):
         for m in sp:
@@ -366,7 +367,7 @@ def _result(node: PNode) -> tuple:
     return float(t.chunk_sizes.sum()) * t.dtype.itemsize, int(t.ntuples)
 
 
-def _one_transfer_per_array_and_site(nodes, need, per, digests: dict | None = None):
+def _one_transfer_per_array_and_site(nodes, need, per, digests: dict):
     """Two moves of one array to one site (from different Broadcast/Shuffle nodes)
     are one transfer on a cluster: the worker already holds it.  Count it for the
     first node (in plan order) that moves it (:func:`~tra_dask.physical.work.first_moves`,
@@ -383,9 +384,8 @@ def _one_transfer_per_array_and_site(nodes, need, per, digests: dict | None = No
     movers = [n for n in nodes if isinstance(n, (Broadcast, Shuffle))]
     if not movers:
         return dict(per), {}
-    parts = [_needed_moves(n, need[n], None if digests is None else digests[n]) for n in movers]
-    counted = {n: (p[1], p[2], digests[n] if digests is not None else mask_digest(need[n]))
-               for n, p in zip(movers, parts) if p[1] <= p[2]}
+    parts = [_needed_moves(n, need[n], digests[n]) for n in movers]
+    counted = {n: (p[1], p[2], digests[n]) for n, p in zip(movers, parts) if p[1] <= p[2]}
     spans = sorted(v[:2] for v in counted.values())
     if all(a[1] < b[0] for a, b in zip(spans, spans[1:])):  # disjoint ranges: no code in two nodes
         per_node = [p[0] for p in parts]

@@ -44,31 +44,35 @@ def demand(outputs, *, whole: bool = False, order: list | None = None, masks: di
         else:
             need[o][result_copies(o.layout, o.type.ntuples)] = True
     for n in reversed(order):
-        for c, m in zip(n.children, child_demand(n, need[n])):
-            need[c] |= m
+        for c, rows in _made_from(n, need[n]):
+            need[c][rows] = True
     return need
 
 
 def child_demand(n, m: np.ndarray) -> list:
     """For each child of ``n``, the mask of its tuples that ``n``'s tuples ``m`` are
     made from (one step of :func:`demand` along ``n``'s lineage)."""
-    if isinstance(n, PSource):
-        return []
-    lin = n.layout.lineage
-    if isinstance(n, LocalAggregate):
-        return [m[lin[0]]]
-    if isinstance(n, (Broadcast, Shuffle, LocalMap, LocalFilter)):
-        made = [(n.input, lin[0][m])]
-    elif isinstance(n, LocalJoin):
-        made = [(n.left, lin[0][m]), (n.right, lin[1][m])]
-    else:
-        raise TypeError(f"demand: unknown node {type(n).__name__}")
     out = []
-    for c, rows in made:
+    for c, rows in _made_from(n, m):
         mask = np.zeros(c.layout.ntuples, dtype=bool)
         mask[rows] = True
         out.append(mask)
     return out
+
+
+def _made_from(n, m: np.ndarray) -> list:
+    """``[(child, its tuples that n's tuples m are made from)]``: indices, or a mask
+    (an aggregate's)."""
+    if isinstance(n, PSource):
+        return []
+    lin = n.layout.lineage
+    if isinstance(n, LocalAggregate):
+        return [(n.input, m[lin[0]])]
+    if isinstance(n, (Broadcast, Shuffle, LocalMap, LocalFilter)):
+        return [(n.input, lin[0][m])]
+    if isinstance(n, LocalJoin):
+        return [(n.left, lin[0][m]), (n.right, lin[1][m])]
+    raise TypeError(f"demand: unknown node {type(n).__name__}")
 
 
 def mask_digest(mask: np.ndarray) -> bytes:
