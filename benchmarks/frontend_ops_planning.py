@@ -1,4 +1,5 @@
-"""Planning time of the array front-end's operations beyond einsum (issue 41).
+"""Planning time of the array front-end's operations beyond einsum (issue 41), the
+re-cuts among them.
 
 For one expression per operation over a 240x160 float64 array, planned in this
 process for ``--sites`` sites of the default cluster description (the chunking
@@ -57,6 +58,16 @@ def main(argv=None):
         "softmax(axis=-1)": td.softmax(x),
         "cov": td.cov(x),
         "cumsum(axis=0)": x.cumsum(axis=0),
+        "x[3:227] (re-cut)": x[3:227],
+        "x[::-1, ::3] (re-cut)": x[::-1, ::3],
+        "x[[5, 0, 239, 5]] (take)": x[[5, 0, 239, 5]],
+        "x[:, x0 > 0] (mask)": x[:, rng.standard_normal(160) > 0],
+        "flip": np.flip(x),
+        "roll(7, axis=0)": np.roll(x, 7, axis=0),
+        "repeat(2, axis=1)": np.repeat(x, 2, axis=1),
+        "tile((2, 1))": np.tile(x, (2, 1)),
+        "tril": np.tril(x),
+        "x[3:227] @ x[3:227].T": x[3:227] @ x[3:227].T,
     }
     td.to_numpy(x + 1)  # warm up imports
     print(f"{'expression':<24} {'chunkings':>9} {'searched classes':>16} {'chunking stage (s)':>19} {'CPU (s)':>8}")

@@ -346,8 +346,7 @@ def test_results_with_holes_are_refused_before_anything_runs(A):
 
 def test_array_expressions_refused_when_written_not_when_run():
     x = np.ones((4, 4))
-    with pytest.raises(ValueError, match=r"a slice cuts .* axis 0 at 1, inside a chunk"):
-        td.from_array(x, chunks=2)[1:3]
+    assert td.to_numpy(td.from_array(x, chunks=2)[1:3]).shape == (2, 4)  # a re-cut (it was refused)
     with pytest.raises(ValueError, match=r"arrays cut differently along one axis"):
         td.from_array(x, chunks=2) + td.from_array(x, chunks=1)  # was raised by td.to_numpy / compute
     with pytest.raises(ValueError, match=r"einsum 'ii': index 'i' is repeated in operand 0 \(shape \(1, 2\)\)"):

@@ -77,6 +77,14 @@ def _is_dask(x) -> bool:
     return type(x).__module__.startswith("dask.array") and hasattr(x, "chunks")
 
 
+def _is_index_array(i) -> bool:
+    """An integer or boolean array (or list) used as an index."""
+    if isinstance(i, Array):
+        raise TypeError("td.Array indexing by a td.Array is not supported (the result's shape would depend on "
+                        "data not computed yet); index by a numpy array, or use td.where for a mask")
+    return isinstance(i, (list, np.ndarray)) or (hasattr(i, "__array__") and not np.isscalar(i))
+
+
 def regular_chunks(chunks) -> tuple:
     """A block size per axis from dask-style chunks, None where they are irregular."""
     out = []
@@ -586,11 +594,14 @@ class Array:
         return Array(Expand(tuple(shape), self.dtype, inputs=(self._node,), positions=positions))
 
     def __getitem__(self, index):
-        """Integers, slices of step 1, ``None`` (``numpy.newaxis``: a new axis of extent
-        1) and ``...`` (a slice's cuts fall on chunk boundaries: the chunking is chosen
-        so, or an error names the chunks that prevent it)."""
+        """Integers, slices (any step; where one does not keep whole blocks it is a
+        re-cut the plan places and costs), ``None`` (``numpy.newaxis``: a new axis of
+        extent 1) and ``...``."""
         if not isinstance(index, tuple):
             index = (index,)
+        arrays = [k for k, i in enumerate(index) if _is_index_array(i)]
+        if arrays:
+            return self._fancy(index, arrays)
         if sum(i is Ellipsis for i in index) > 1:
             raise IndexError("td.Array: an index can only have a single ellipsis ('...')")
         real = sum(i is not None and i is not Ellipsis for i in index)
@@ -609,6 +620,42 @@ class Array:
         out = self._index(index)
         return out._expand(new) if new else out
 
+    def _fancy(self, index, arrays):
+        """One integer or boolean array in an index (numpy's advanced indexing): the
+        rest of the index first, then a take along the array's axis; a 1-d boolean
+        mask is its ``nonzero``.  With integers beside it but not next to it, the
+        taken axis goes first, as numpy puts it."""
+        from .functions import take
+
+        if len(arrays) > 1 or any(i is None for i in index):
+            raise IndexError("td.Array: one integer or boolean array per index, without None (numpy's other "
+                             "advanced indexing is not supported)")
+        (k,) = arrays
+        if sum(i is Ellipsis for i in index) > 1:
+            raise IndexError("td.Array: an index can only have a single ellipsis ('...')")
+        if any(i is Ellipsis for i in index):
+            e = index.index(Ellipsis)
+            fill = (slice(None),) * max(0, self.ndim - (len(index) - 1))
+            index = index[:e] + fill + index[e + 1:]
+            k = index.index(next(i for i in index if _is_index_array(i)))
+        if len(index) > self.ndim:
+            raise IndexError(f"td.Array: {len(index)} indices for an array of rank {self.ndim}")
+        idx = index[k] if isinstance(index[k], np.ndarray) else np.asarray(index[k])
+        if idx.dtype == bool:
+            if idx.ndim != 1 or len(idx) != self.shape[k]:
+                raise IndexError(f"td.Array: a boolean index must be 1-d and as long as its axis ({self.shape[k]}), "
+                                 f"got shape {idx.shape}; for a mask over several axes use td.where")
+            idx = np.flatnonzero(idx)
+        ints = [a for a, i in enumerate(index) if isinstance(i, (int, np.integer)) and not isinstance(i, bool)]
+        rest = self[index[:k] + (slice(None),) + index[k + 1:]]
+        axis = k - sum(a < k for a in ints)
+        out = take(rest, idx, axis=axis)
+        advanced = sorted(ints + [k])
+        if ints and advanced[-1] - advanced[0] + 1 != len(advanced):  # numpy: the array's axes first
+            moved = list(range(axis, axis + idx.ndim))
+            out = out.transpose(moved + [a for a in range(out.ndim) if a not in moved])
+        return out
+
     def _index(self, index):
         bounds, takes = [], []
         for a, n in enumerate(self.shape):
@@ -619,17 +666,16 @@ class Array:
                 takes.append((a, int(s) % n))
                 s = slice(None)
             if not isinstance(s, slice):
-                raise TypeError(f"td.Array indexing supports integers, slices of step 1, None and ... only; got "
+                raise TypeError(f"td.Array indexing supports integers, slices, None and ... only; got "
                                 f"{s!r} for axis {a} (no fancy or boolean indexing: use td.where for a mask)")
             start, stop, step = s.indices(n)
-            if step != 1:
-                raise ValueError(f"td.Array indexing: step {step} on axis {a}; only step 1 is supported")
-            bounds.append((start, max(start, stop)))
-        shape = tuple(b - a for a, b in bounds)
+            bounds.append((start, step, len(range(start, stop, step))))
+        shape = tuple(m for _, _, m in bounds)
         if 0 in shape or self.size == 0:  # an empty slice, or a slice of an empty array: numpy's empty result
             return _filled(tuple(m for d, m in enumerate(shape) if d not in dict(takes)), self.dtype)
-        out = self if shape == self.shape else Array(Slice(shape, self.dtype, inputs=(self._node,),
-                                                           bounds=tuple(bounds)))
+        whole = all((start, step, m) == (0, 1, n) for (start, step, m), n in zip(bounds, self.shape))
+        out = self if whole else Array(Slice(shape, self.dtype, inputs=(self._node,),
+                                             bounds=tuple((start, step) for start, step, _ in bounds)))
         for a, i in reversed(takes):  # last axis first: the earlier axes keep their numbers
             node = out._node
             out = Array(Take(tuple(m for d, m in enumerate(node.shape) if d != a), node.dtype, inputs=(node,),

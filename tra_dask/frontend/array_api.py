@@ -9,11 +9,11 @@ the tensor relational algebra.  Every function returns a lazy :class:`td.Array`;
 nothing runs until a result is asked for (``td.compute``, ``numpy.asarray``, or a
 Python scalar of a one-element array: ``float(xp.sum(x))``).
 
-Not here (their shapes depend on the data, or they need an order across chunks that
-the algebra has no operator for yet): sorting and set functions, ``nonzero``,
-``searchsorted``, ``cumulative_prod``, ``flip``, ``roll``, ``repeat``, ``tile``,
-``tril``/``triu``, ``take``, boolean-mask and integer-array indexing, in-place updates
-(``__setitem__``), the ``linalg`` and ``fft`` extensions, DLPack.
+``take``, ``flip``, ``roll``, ``repeat`` and ``tile`` re-cut an axis inside the plan
+(:mod:`.recut`).  Not here (their shapes depend on the data, or they need an order
+across chunks that the algebra has no operator for yet): sorting and set functions,
+``nonzero``, ``searchsorted``, ``cumulative_prod``, in-place updates (``__setitem__``),
+the ``linalg`` and ``fft`` extensions, DLPack.
 
 >>> import numpy as np, tra_dask as td
 >>> xp = td.from_array(np.ones(3)).__array_namespace__()
@@ -512,6 +512,34 @@ def vecdot(x1, x2, /, *, axis=-1):
         raise ValueError(f"vecdot: shapes {x1.shape} and {x2.shape} do not broadcast") from None
     a, b = moveaxis(x1.conj(), axis, -1), moveaxis(x2, axis, -1)
     return td_einsum("...i,...i->...", a, b)
+
+
+def take(x, indices, /, *, axis=None):
+    """The elements at ``indices`` (1-d ints) along ``axis`` (may be None for a 1-d ``x``)."""
+    x = _array(x, "take")
+    if axis is None and x.ndim != 1:
+        raise ValueError(f"take: axis is required for an array of rank {x.ndim}")
+    idx = np.asarray(indices.__array__() if isinstance(indices, Array) else indices)
+    if idx.ndim != 1:
+        raise ValueError(f"take: indices must be 1-d, got shape {idx.shape}")
+    return _f.take(x, idx, 0 if axis is None else axis)
+
+
+def flip(x, /, *, axis=None):
+    return _f.flip(_array(x, "flip"), axis)
+
+
+def roll(x, /, shift, *, axis=None):
+    return _f.roll(_array(x, "roll"), shift, axis)
+
+
+def repeat(x, repeats, /, *, axis=None):
+    r = repeats.__array__() if isinstance(repeats, Array) else repeats
+    return _f.repeat(_array(x, "repeat"), r, axis)
+
+
+def tile(x, repetitions, /):
+    return _f.tile(_array(x, "tile"), repetitions)
 
 
 def unstack(x, /, *, axis=0):

@@ -18,9 +18,10 @@ import numpy as np
 from .. import logical as L
 from ..keys import Const, Dim, key_map, project
 from . import chunk_ops as ops
-from .nodes import (ArgReduce, Concatenate, Cumsum, Einsum, Elementwise, Expand, Leaf, Permute, Reduce, Reshape, ScalarOp,
+from .nodes import (ArgReduce, Concatenate, Cumsum, Einsum, Elementwise, Expand, Gather, Leaf, Regrid, Permute, Reduce, Reshape, ScalarOp,
                     Slice, Take, Unary, Where)
 from .einsum import contraction_paths
+from .recut import aligned, recut, regather
 from ..kernels import scale
 
 __all__ = ["Builder"]
@@ -94,8 +95,8 @@ class Builder:
     """Translate nodes to relations under ``block(node, axis)``; each node once.
 
     ``dask_source(array, chunks)`` makes the relation of a dask array cut into
-    ``chunks`` (given by the runtime: cluster-resident blocks; or, with no
-    cluster, the array computed here)."""
+    ``chunks`` (given by the runtime: its blocks where they live, re-cut inside the
+    plan, :func:`~.recut.rechunk`; or, with no cluster, the array computed here)."""
 
     def __init__(self, block, dask_source=None, paths=None):
         self.block = block
@@ -321,27 +322,49 @@ class Builder:
         return L.rekey(L.transform(self(node.inputs[0]), ops.permute_kernel(node.perm)), project(*node.perm))
 
     def _slice(self, node: Slice):
+        """Per axis: nothing (all of it); the chunk itself sliced (one block in, one
+        out); a filter and a rekey of whole blocks (:func:`~.recut.aligned`); else a
+        re-cut (:func:`~.recut.recut`), one axis after another."""
         x = node.inputs[0]
         rel = self(x)
-        pred, exprs, inside = None, [], []
-        for a, (start, stop) in enumerate(node.bounds):
-            blk = self.block(x, a)
-            if blk >= x.shape[a] and (start, stop) != (0, x.shape[a]):  # one block: slice the chunk itself
-                inside.append((a, start, stop))
-                exprs.append(Dim(a))
+        pred, exprs, inside, recuts = None, [], [], []
+        for a, (start, step) in enumerate(node.bounds):
+            n, length, blk, out = x.shape[a], node.shape[a], self.block(x, a), self.block(node, a)
+            exprs.append(Dim(a))
+            if (start, step, length) == (0, 1, n):
                 continue
-            lo, hi = start // blk, -(-stop // blk)
-            if (lo, hi) == (0, -(-x.shape[a] // blk)):
-                exprs.append(Dim(a))
-                continue
-            cond = (Dim(a) >= lo) & (Dim(a) < hi) if lo else (Dim(a) < hi)
-            pred = cond if pred is None else pred & cond
-            exprs.append(Dim(a) - lo if lo else Dim(a))
+            if blk >= n and out >= length:  # one block in and out: slice the chunk itself
+                inside.append((a, start, step, length))
+            elif aligned(n, blk, start, step, length, out):
+                lo, hi = start // blk, -(-(start + length) // blk)
+                cond = (Dim(a) >= lo) & (Dim(a) < hi) if lo else (Dim(a) < hi)
+                pred = cond if pred is None else pred & cond
+                exprs[a] = Dim(a) - lo if lo else Dim(a)
+            else:
+                recuts.append((a, n, blk, start, step, length, out))
         if pred is not None:
             rel = L.filter(rel, pred)
         if inside:
             rel = L.transform(rel, ops.slice_kernel(tuple(inside)))
-        return _rekey(rel, exprs)
+        rel = _rekey(rel, exprs)
+        for a, *geometry in recuts:
+            rel = recut(rel, a, *geometry, name=_name(x))
+        return rel
+
+    def _gather(self, node: Gather):
+        x = node.inputs[0]
+        a = node.axis
+        return regather(self(x), a, x.shape[a], self.block(x, a), node.index.values, self.block(node, a), node.step,
+                        repr(node.index), name=_name(x))
+
+    def _regrid(self, node: Regrid):
+        x = node.inputs[0]
+        rel = self(x)
+        for a in node.axes:
+            n, blk, out = x.shape[a], self.block(x, a), self.block(node, a)
+            if blk != out:
+                rel = recut(rel, a, n, blk, 0, 1, n, out, name=_name(x))
+        return rel
 
     def _expand(self, node: Expand):
         x = node.inputs[0]
@@ -403,6 +426,10 @@ class Builder:
         rel = L.filter(self(x), Dim(node.axis) == node.index // blk)
         rel = L.transform(rel, ops.take_kernel(node.axis, node.index % blk))
         return L.rekey(rel, project(*(a for a in range(x.ndim) if a != node.axis)))
+
+
+def _name(node) -> str:
+    return getattr(node, "name", "") or type(node).__name__.lower()
 
 
 def _local_dask_source(x, chunks, name):

@@ -20,7 +20,7 @@ from ..kernels import Kernel, KernelTypeError, multiply as _mul, array_module, g
 __all__ = [
     "einsum_kernel", "squeeze_kernel", "expand_kernel", "permute_kernel", "broadcast_kernel",
     "scalar_kernel", "take_kernel", "reduce_kernel", "argpair_kernel", "pairfold_kernel", "take_index_kernel",
-    "BINARY_OPS", "ORDERED", "UNARY_UFUNCS", "ufunc_kernel", "astype_kernel", "reshape_kernel", "concat_kernel", "slice_kernel",
+    "BINARY_OPS", "ORDERED", "UNARY_UFUNCS", "ufunc_kernel", "astype_kernel", "reshape_kernel", "concat_kernel", "slice_kernel", "piece_kernel",
     "where_pack_kernel", "where_pick_kernel", "cumsum_kernel", "add_prefix_kernel", "SECOND", "block_arange", "full_region",
 ]
 
@@ -240,25 +240,56 @@ def take_kernel(axis: int, i: int) -> Kernel:
 
 def _slice(x, bounds):
     index = [slice(None)] * x.ndim
-    for a, start, stop in bounds:
-        index[a] = slice(start, stop)
+    for a, start, step, length in bounds:
+        stop = start + length * step
+        index[a] = slice(start, stop if stop >= 0 else None, step)
     return _contiguous(array_module(x), x[tuple(index)])
 
 
 def slice_kernel(bounds: tuple) -> Kernel:
-    """``chunk[start:stop]`` along each ``(axis, start, stop)`` of ``bounds`` (a slice
-    of an axis that is one block: its cuts fall inside the chunk)."""
-    bounds = tuple((int(a), int(b), int(c)) for a, b, c in bounds)
+    """``length`` elements from ``start`` at stride ``step`` along each ``(axis, start,
+    step, length)`` of ``bounds`` (a slice of an axis that is one block: it falls inside
+    the chunk)."""
+    bounds = tuple((int(a), int(b), int(c), int(d)) for a, b, c, d in bounds)
 
     def shape(s):
         out = list(s)
-        for a, start, stop in bounds:
-            if a >= len(s) or not 0 <= start < stop <= s[a]:
+        for a, start, step, length in bounds:
+            if a >= len(s) or step == 0 or length < 1 or not 0 <= start < s[a] \
+                    or not 0 <= start + (length - 1) * step < s[a]:
                 raise KernelTypeError(f"slice{bounds}: chunk {s}")
-            out[a] = stop - start
+            out[a] = length
         return tuple(out)
 
     return Kernel("slice", _slice, 1, shape, flops=lambda s: 0, params=(bounds,))
+
+
+def _piece(x, g, axis, step):
+    if step is None:  # the piece's positions in the chunk
+        return _contiguous(array_module(x), x.take(g, axis=axis))
+    return _slice(x, ((axis, g.shape[0], step, g.shape[1]),))
+
+
+def piece_kernel(axis: int, step: int | None) -> Kernel:
+    """The piece of a chunk a re-cut takes, joined with its
+    :class:`~tra_dask.logical.Pieces` chunk: with a ``step``, an empty array of shape
+    ``(start, count, 0)`` — ``count`` elements along ``axis`` from ``start`` at stride
+    ``step``; without, the ``count`` positions themselves."""
+
+    def shape(s, g):
+        if step is None:
+            ok = axis < len(s) and len(g) == 1 and g[0] >= 1
+            count = g[0] if ok else 0
+        else:
+            ok = axis < len(s) and len(g) == 3 and g[1] >= 1 and 0 <= g[0] < s[axis] \
+                and 0 <= g[0] + (g[1] - 1) * step < s[axis]
+            count = g[1] if ok else 0
+        if not ok:
+            raise KernelTypeError(f"piece({axis}, step {step}): chunk {s}, piece {g}")
+        return tuple(count if a == axis else n for a, n in enumerate(s))
+
+    return Kernel("piece", _piece, 2, shape, dtype=lambda dx, dg: np.dtype(dx), flops=lambda s, g: 0,
+                  params=(axis, step))
 
 
 # ---------------------------------------------------------------------------

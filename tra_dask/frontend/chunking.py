@@ -2,8 +2,9 @@
 
 Axes that must be cut alike form one *class* (union-find over the links of
 :mod:`.nodes`).  A class is *fixed* when data already has chunks along it (a dask
-array, a TRA relation, ``from_array(x, chunks=...)``), *constrained* by slices
-(their cuts fall on block boundaries), and otherwise *free*.  For the free classes
+array, a TRA relation, ``from_array(x, chunks=...)``), and otherwise *free*; a
+slice that does not keep whole blocks is a re-cut the plan costs, so block sizes on
+its cut points are candidates too.  For the free classes
 the chooser builds the TRA expression under candidate block sizes and asks the
 optimizer for the best plan under each (its predicted seconds on the cluster, the
 time objective with memory a hard limit): first every class at the same number of
@@ -11,9 +12,9 @@ blocks (1, p, 2p, p², … for p sites), then coordinate descent over each class
 candidates, until no single change helps.  Candidates come from the cluster size
 (grids that fit p, p², p³ sites) and the extents; memory rules a candidate out
 when no plan fits.  A dask array's chunks are a candidate of its class like any
-other: keeping them costs nothing extra, re-chunking is what the plan under the
-other candidate costs plus the re-chunk (done by dask; its transfer and tasks are
-predicted, :func:`~tra_dask.frontend.run._rechunk_seconds`).  With one site, free
+other: keeping them costs nothing extra; under another candidate the plan re-cuts the
+array's blocks where they live (:func:`~tra_dask.frontend.recut.rechunk`), its moves
+and tasks costed with the rest.  With one site, free
 classes get one block unless no plan then fits in memory.
 """
 
@@ -34,7 +35,8 @@ __all__ = ["AxisClasses", "Choice", "check_chunking", "choose"]
 def check_chunking(node) -> None:
     """The checks the chooser makes, made when an expression is written: arrays whose
     chunks are fixed (relations, ``from_array(x, chunks=...)``) cut every axis class
-    alike, and slices cut them on chunk boundaries (ValueErrors naming the arrays)."""
+    alike, and an axis a reshape or concatenation needs whole is not cut (ValueErrors
+    naming the arrays)."""
     cl = AxisClasses([node])
     for ci in range(len(cl.classes)):
         cl.pinned(ci)
@@ -91,15 +93,15 @@ class AxisClasses:
                 for i, a, c in n._axes():
                     if c in want:
                         self.given[self.of[(n.inputs[i], a)]] = want[c]
-        self.cuts: list[list] = [[] for _ in self.classes]  # (position, what) cut points from slices
+        self.cuts: list[list] = [[] for _ in self.classes]  # cut points of step-1 slices: blocks on them keep whole
         for n in self.nodes:
             if isinstance(n, Slice):
                 x = n.inputs[0]
-                for a, (start, stop) in enumerate(n.bounds):
-                    ci = self.of[(x, a)]
-                    if start:
+                for a, (start, step) in enumerate(n.bounds):
+                    ci, stop = self.of[(x, a)], start + n.shape[a]
+                    if step == 1 and start:
                         self.cuts[ci].append(start)
-                    if stop != x.shape[a]:
+                    if step == 1 and stop != x.shape[a]:
                         self.cuts[ci].append(stop)
         self.whole: list = [None] * len(self.classes)  # why a class must be one block (a reshape, ...)
         for n in self.nodes:
@@ -147,22 +149,12 @@ class AxisClasses:
                     f"along it), but {who} cuts it in blocks of {cut[0]}; give it one chunk along that axis "
                     f"(from_array(x, chunks=...), dask's rechunk) or let tra_dask choose the chunks")
             pinned = [n]
-        for b in pinned:
-            bad = [c for c in self.cuts[ci] if c % b and b < n]  # (one block: the chunk itself is sliced)
-            if bad:
-                who = (", ".join(self.rigid[ci][b]) if self.rigid[ci] and b in self.rigid[ci] else
-                       f"a {self.whole[ci]}, which keeps it in one block," if self.whole[ci] else
-                       "einsum(..., chunks=)")
-                raise ValueError(
-                    f"a slice cuts {self.describe(ci)} at {bad[0]}, inside a chunk: {who} cuts it in blocks of "
-                    f"{b}, so slices may start and stop at multiples of {b} (or the end, {n}); let tra_dask "
-                    f"choose the chunks (numpy input without chunks=) or slice on a boundary"
-                )
         return pinned
 
     def candidates(self, ci: int, sites: int) -> list[int]:
         """Block sizes to try for class ``ci``: its fixed chunks first, then grids
-        that fit the cluster, each on the slices' cut points."""
+        that fit the cluster, and where a slice cuts the class, the same grids moved
+        onto its cut points (there the slice re-cuts nothing)."""
         n = self.extent[ci]
         pinned = self.pinned(ci)
         if pinned:
@@ -172,19 +164,29 @@ class AxisClasses:
         roots = [r for r in (round(sites ** 0.5), round(sites ** (1 / 3))) if r ** 2 == sites or r ** 3 == sites]
         counts = [1, 2, *roots, sites, 2 * sites, 4 * sites]
         counts += [2 ** e for e in range(2, (4 * sites).bit_length())]  # grids on fewer sites
-        out = [b for b in self.fixed[ci] if self.ok(ci, b)]
+        out = list(self.fixed[ci])
+        g = 0  # blocks that divide every cut point keep the slices' blocks whole
+        for c in self.cuts[ci]:
+            g = math.gcd(g, c)
         for c in sorted(set(counts)):
             if c > n:
                 break
             b = -(-n // c)
-            if self.ok(ci, b) and b not in out:
+            if g and not self.ok(ci, b):  # the nearest block size on the cut points, too
+                on = [d for d in _divisors(g) if d <= b]
+                if on and on[-1] not in out and on[-1] * 4 >= b:
+                    out.append(on[-1])
+            if b not in out:
                 out.append(b)
-        if not out:  # the cut points leave only their common divisor
-            g = 0
-            for c in self.cuts[ci]:
-                g = math.gcd(g, c)
-            out = [max(1, g)]
+        if g and not any(self.ok(ci, b) for b in out):
+            out.append(g)
         return out
+
+
+def _divisors(g: int) -> list:
+    """The divisors of ``g``, ascending."""
+    small = [d for d in range(1, math.isqrt(g) + 1) if g % d == 0]
+    return sorted(set(small + [g // d for d in small]))
 
 
 def _topo(roots):

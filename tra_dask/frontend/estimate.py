@@ -21,7 +21,8 @@ node:
   rate of its size, a row dot or an outer product at the pace of memory:
   :func:`~tra_dask.optimizer.time.call_rate`);
 * any other node runs on as many sites as it has blocks, at the elementwise rate, and
-  moves nothing (its inputs are cut alike);
+  moves nothing (its inputs are cut alike) — but a slice or gather that re-cuts an
+  axis has a task per piece, and its pieces move unless the other axes spread the work;
 * every block product, summed output block, elementwise block and loaded chunk is a
   task (the per-task overhead); the results' way to the client where the call
   gathers them (the time model's :func:`~tra_dask.optimizer.time.gather_seconds`); a chunk that does not fit in a site's memory with the
@@ -41,7 +42,9 @@ import numpy as np
 from ..optimizer.time import call_rate, gather_seconds
 from .chunk_ops import einsum_kernel
 from .einsum import contraction_paths
-from .nodes import Einsum, Leaf
+from ..logical import piece_table
+from .nodes import Einsum, Gather, Leaf, Slice
+from .recut import aligned
 
 __all__ = ["Estimator"]
 
@@ -64,6 +67,7 @@ class Estimator:
         self.memory = spec.memory_budget
         self.launch = 0.0 if gpu is None else gpu.launch
         self.footprints: dict = {}
+        self._piece_counts: dict = {}  # (gather node, block in, block out) -> its pieces
 
     # -- rates -------------------------------------------------------------------------
     def _elementwise_rate(self, dtype) -> float:
@@ -90,6 +94,9 @@ class Estimator:
                 s, t = self._einsum(n, blocks)
             else:
                 s, t = self._other(n, nb, blocks)
+                if isinstance(n, (Slice, Gather)):
+                    s2, t2 = self._recut(n, blocks)
+                    s, t = s + s2, t + t2
             if s == math.inf:
                 self.footprints[tuple(blocks)] = self._footprint  # (what the refusal says)
                 return math.inf
@@ -126,6 +133,46 @@ class Estimator:
         per_site = math.ceil(nblocks / used) * elems / nblocks
         made = math.ceil(nblocks / used) * math.prod(n.shape) / max(1, math.prod(nb)) * np.dtype(n.dtype).itemsize
         return per_site / (self._elementwise_rate(n.dtype) * self.threads) + made / self.fresh, nblocks
+
+    def _recut(self, n, blocks) -> tuple[float, int]:
+        """A slice's or gather's re-cuts (:mod:`.recut`), axis by axis: a task per
+        piece and per output block, and the pieces that are not their output block's
+        first cross the network (the first stays where the block is made) — unless
+        the other axes have the blocks to spread the work without moving anything."""
+        seconds, tasks = 0.0, 0
+        others = math.prod(self._nblocks(n, a, blocks) for a in range(n.ndim))
+        for a, pieces in self._pieces(n, blocks):
+            nout = self._nblocks(n, a, blocks)
+            rest = others // nout  # blocks along the other axes
+            tasks += (pieces + nout) * rest
+            if rest < self.sites and pieces > nout:  # the pieces move
+                moved = math.prod(n.shape) * np.dtype(n.dtype).itemsize * (pieces - nout) / pieces
+                seconds += moved * (1 - 1 / self.sites) / self.link
+        return seconds, tasks
+
+    def _pieces(self, n, blocks):
+        """``(axis, pieces)`` of each axis ``n`` re-cuts under ``blocks``."""
+        x = n.inputs[0]
+
+        def cut(a):
+            return (min(blocks[self.cl.of[(x, a)]], max(1, x.shape[a])),
+                    min(blocks[self.cl.of[(n, a)]], max(1, n.shape[a])))
+
+        if isinstance(n, Gather):
+            blk, out = cut(n.axis)
+            key = (n, blk, out)
+            if key not in self._piece_counts:
+                self._piece_counts[key] = len(piece_table(x.shape[n.axis], blk, n.index.values, out, n.step))
+            yield n.axis, self._piece_counts[key]
+            return
+        for a, (start, step) in enumerate(n.bounds):
+            ext, length = x.shape[a], n.shape[a]
+            blk, out = cut(a)
+            if (start, step, length) == (0, 1, ext) or (blk >= ext and out >= length) \
+                    or aligned(ext, blk, start, step, length, out):
+                continue
+            nout = -(-length // out)
+            yield a, min(nout + -(-ext // blk), nout * (-(-out * abs(step) // blk) + 1))
 
     def _einsum(self, n: Einsum, blocks) -> tuple[float, int]:
         letters: dict = {}  # letter -> block count

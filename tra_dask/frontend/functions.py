@@ -6,6 +6,10 @@ join, two binary ones; ``concatenate`` joins its inputs' chunks on their other k
 dims), a rekey and re-tile (``reshape``, ``expand_dims``, ``squeeze``), or the
 reductions and elementwise ops the array already has (``var``, ``softmax``, ``cov``).
 
+``take``, ``flip``, ``roll``, ``repeat`` and ``tile`` are re-cuts of an axis
+(:mod:`.recut`: a join with the axis's pieces and a concat, placed and costed by the
+plan); ``tril``/``triu`` a ``where`` with a mask made on the workers.
+
 None of them adds a chunking search of its own: their axes join the expression's
 axis classes (:mod:`.chunking`), the merged, split or concatenated ones as classes of
 one block.
@@ -19,9 +23,11 @@ import numbers
 import numpy as np
 
 from .array import Array, _filled, _FUNCTIONS, _is_scalar, _no_extras, _operand, from_array
-from .nodes import Concatenate, Reshape, Take, Where
+from .chunking import AxisClasses
+from .nodes import Concatenate, Gather, Index, Regrid, Reshape, Take, Where
 
-__all__ = ["where", "concatenate", "stack", "reshape", "expand_dims", "squeeze", "var", "std", "softmax", "cov"]
+__all__ = ["where", "concatenate", "stack", "reshape", "expand_dims", "squeeze", "var", "std", "softmax", "cov",
+           "take", "flip", "roll", "repeat", "tile", "tril", "triu"]
 
 
 def _axis(axis, ndim: int, where: str) -> int:
@@ -68,7 +74,8 @@ def concatenate(arrays, axis=0, dtype=None, out=None, casting="same_kind") -> Ar
     """``numpy.concatenate``: arrays of one rank, equal extents but along ``axis``
     (``None``: each flattened first), in their promoted dtype.  The inputs' chunks are
     joined on their other key dims and put side by side, so ``axis`` is one block in
-    each input and in the result (the other axes are cut alike, as the plan chooses)."""
+    each input (given chunks that cut it are re-cut first, in the plan) and in the
+    result (the other axes are cut alike, as the plan chooses)."""
     where_ = "concatenate"
     if out is not None:
         raise TypeError("concatenate: out= is not supported (a td.Array is lazy; use the result)")
@@ -101,6 +108,7 @@ def concatenate(arrays, axis=0, dtype=None, out=None, casting="same_kind") -> Ar
         return _filled(shape, result)
     if len(xs) == 1:
         return xs[0]
+    xs = [_whole(x, (axis,)) for x in xs]
     return Array(Concatenate(shape, np.dtype(result), inputs=tuple(x._node for x in xs), axis=axis))
 
 
@@ -185,11 +193,20 @@ def _groups(ins: tuple, outs: tuple) -> tuple:
     return tuple(groups)
 
 
+def _whole(x: Array, axes) -> Array:
+    """``x``, re-cut to one block along those of ``axes`` that its given chunks cut
+    (:class:`~.nodes.Regrid`: a re-cut the plan costs), for an operation that needs
+    them whole."""
+    cl = AxisClasses([x._node])
+    cut = tuple(a for a in axes if x.shape[a] > 1 and any(b < x.shape[a] for b in cl.pinned(cl.of[(x._node, a)])))
+    return Array(Regrid(x.shape, x.dtype, inputs=(x._node,), axes=cut)) if cut else x
+
+
 def reshape(x, shape, order="C", copy=None) -> Array:
     """``numpy.reshape`` in C order (``order='C'`` only; one ``-1`` allowed).  An axis
     the reshape keeps stays cut as it is (a rekey); the axes of a group it merges or
-    splits are one block each (each chunk reshaped on its own: a re-tile), which the
-    chunking respects (fixed chunks that cut such an axis are a ValueError saying so).
+    splits are one block each (each chunk reshaped on its own: a re-tile); given chunks
+    that cut such an axis are re-cut to one block first, in the plan.
 
     >>> import tra_dask as td
     >>> td.to_numpy(reshape(np.arange(6), (2, 3)))
@@ -218,7 +235,10 @@ def reshape(x, shape, order="C", copy=None) -> Array:
         return x
     if x.size == 0:
         return _filled(shape, x.dtype)
-    return Array(Reshape(shape, x.dtype, inputs=(x._node,), groups=_groups(x.shape, shape)))
+    groups = _groups(x.shape, shape)
+    node = Reshape(shape, x.dtype, inputs=(x._node,), groups=groups)
+    x = _whole(x, [a for g in groups if not node.kept(g) for a in g[0]])
+    return Array(Reshape(shape, x.dtype, inputs=(x._node,), groups=groups))
 
 
 def _extent(n):
@@ -307,6 +327,161 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
 
 
 # numpy's functions on td.Arrays (``__array_function__``)
+def gather(x, axis: int, index, step=None) -> Array:
+    """``x`` with element ``o`` along ``axis`` taken from ``index[o]`` (non-negative,
+    in range: the callers check)."""
+    x = _operand(x, "gather")
+    index = np.asarray(index, dtype=np.int64).reshape(-1)
+    shape = x.shape[:axis] + (len(index),) + x.shape[axis + 1:]
+    if 0 in shape or x.size == 0:
+        return _filled(shape, x.dtype)
+    if step == 1 and len(index) == x.shape[axis] and np.array_equal(index, np.arange(len(index))):
+        return x
+    return Array(Gather(shape, x.dtype, inputs=(x._node,), axis=axis, index=Index(index), step=step))
+
+
+def _indices(indices, n: int, where: str) -> np.ndarray:
+    """Integer positions along an axis of ``n`` (negative ones from the end), or an
+    IndexError naming the first out of range."""
+    if isinstance(indices, Array):
+        raise TypeError(f"{where}: indices that are a td.Array are not supported (the result's shape would "
+                        f"depend on data not computed yet); pass a numpy array or a list")
+    idx = np.asarray(indices)
+    if idx.dtype == bool or idx.dtype.kind not in "iu":
+        if idx.size or idx.dtype.kind not in "f":
+            raise IndexError(f"{where}: indices must be integers, got {idx.dtype}")
+        idx = idx.astype(np.int64)
+    bad = (idx < -n) | (idx >= n)
+    if bad.any():
+        raise IndexError(f"{where}: index {int(idx[bad].reshape(-1)[0])} is out of bounds for an axis of extent {n}")
+    return np.where(idx < 0, idx + n, idx).astype(np.int64)
+
+
+def take(x, indices, axis=None, out=None, mode="raise") -> Array:
+    """``numpy.take``: the elements at ``indices`` along ``axis`` (None: of the
+    flattened array), a re-cut of that axis; ``indices`` of any shape (its axes take
+    the axis's place)."""
+    _no_extras("take", out=out)
+    if mode != "raise":
+        raise ValueError(f"take: mode={mode!r} is not supported; only 'raise'")
+    x = _operand(x, "numpy.take")
+    if axis is None:
+        x, axis = x.reshape(-1), 0
+    axis = _axis(axis, x.ndim, "take")
+    idx = _indices(indices, x.shape[axis], "take")
+    flat = gather(x, axis, idx.reshape(-1))
+    if idx.ndim == 1:
+        return flat
+    return flat.reshape(x.shape[:axis] + idx.shape + x.shape[axis + 1:])
+
+
+def flip(m, axis=None) -> Array:
+    """``numpy.flip``: the order of the elements along ``axis`` (None: every axis)
+    reversed — a slice of step -1."""
+    x = _operand(m, "numpy.flip")
+    axes = range(x.ndim) if axis is None else [_axis(a, x.ndim, "flip") for a in np.atleast_1d(axis).tolist()]
+    index = [slice(None)] * x.ndim
+    for a in axes:
+        index[a] = slice(None, None, -1)
+    return x[tuple(index)]
+
+
+def roll(a, shift, axis=None) -> Array:
+    """``numpy.roll``: elements shifted by ``shift`` along ``axis`` (None: the
+    flattened array, shaped back), those past the end coming round to the start."""
+    x = _operand(a, "numpy.roll")
+    if axis is None:
+        if not isinstance(shift, numbers.Integral):
+            raise TypeError(f"roll: with axis=None the shift is one int, got {shift!r}")
+        return roll(x.reshape(-1), shift, 0).reshape(x.shape)
+    shifts, axes = np.broadcast_arrays(np.atleast_1d(shift), np.atleast_1d(axis))
+    total: dict = {}
+    for s, ax in zip(shifts.tolist(), axes.tolist()):
+        ax = _axis(ax, x.ndim, "roll")
+        total[ax] = total.get(ax, 0) + int(s)
+    for ax, s in total.items():
+        n = x.shape[ax]
+        if n:
+            x = gather(x, ax, (np.arange(n) - s) % n, step=1)
+    return x
+
+
+def repeat(a, repeats, axis=None) -> Array:
+    """``numpy.repeat``: each element along ``axis`` (None: of the flattened array)
+    ``repeats`` times (an int, or one count per element)."""
+    x = _operand(a, "numpy.repeat")
+    if axis is None:
+        x, axis = x.reshape(-1), 0
+    axis = _axis(axis, x.ndim, "repeat")
+    reps = np.asarray(repeats)
+    if reps.dtype.kind not in "iu" or reps.ndim > 1 or (reps < 0).any():
+        raise ValueError(f"repeat: repeats must be non-negative ints (one, or one per element), got {repeats!r}")
+    n = x.shape[axis]
+    if reps.ndim == 1 and len(reps) not in (1, n):
+        raise ValueError(f"repeat: {len(reps)} repeats for an axis of extent {n}; give one or {n}")
+    return gather(x, axis, np.repeat(np.arange(n), reps))
+
+
+def tile(A, reps) -> Array:
+    """``numpy.tile``: ``A`` repeated ``reps`` times along each axis (new leading
+    axes where ``reps`` is longer)."""
+    x = _operand(A, "numpy.tile")
+    reps = tuple(int(r) for r in np.atleast_1d(reps).tolist())
+    if any(r < 0 for r in reps):
+        raise ValueError(f"tile: reps must be non-negative, got {reps}")
+    if len(reps) > x.ndim:
+        x = x.reshape((1,) * (len(reps) - x.ndim) + x.shape)
+    reps = (1,) * (x.ndim - len(reps)) + reps
+    for ax, r in enumerate(reps):
+        if r != 1:
+            x = gather(x, ax, np.tile(np.arange(x.shape[ax]), r), step=1)
+    return x
+
+
+class _Triangle:
+    """``fn(region)`` of a triangle's mask: True where ``column - row`` is at most
+    ``k`` (``lower``) or at least ``k``."""
+
+    def __init__(self, k: int, lower: bool):
+        self.k, self.lower = int(k), bool(lower)
+
+    def __call__(self, region):
+        r, c = region[-2:]
+        d = np.arange(c.start, c.stop)[None, :] - np.arange(r.start, r.stop)[:, None]
+        mask = d <= self.k if self.lower else d >= self.k
+        return np.broadcast_to(mask, tuple(s.stop - s.start for s in region)).copy()
+
+    def __eq__(self, other):
+        return isinstance(other, _Triangle) and (self.k, self.lower) == (other.k, other.lower)
+
+    def __hash__(self):
+        return hash(("triangle", self.k, self.lower))
+
+
+def _triangle(m, k, lower: bool, label: str) -> Array:
+    from .array import from_region
+
+    x = _operand(m, label)
+    if x.ndim < 2:
+        raise ValueError(f"{label}: needs an array of rank 2 or more (the last two axes), got shape {x.shape}")
+    if x.size == 0:
+        return x
+    mask = from_region(_Triangle(k, lower), x.shape[-2:], bool, name=f"{label.split('.')[-1]}[k={k}]")
+    return where(mask, x, np.zeros((), x.dtype))
+
+
+def tril(m, k=0) -> Array:
+    """``numpy.tril``: the elements on and below diagonal ``k`` of the last two axes, zeros above."""
+    return _triangle(m, k, True, "numpy.tril")
+
+
+def triu(m, k=0) -> Array:
+    """``numpy.triu``: the elements on and above diagonal ``k`` of the last two axes, zeros below."""
+    return _triangle(m, k, False, "numpy.triu")
+
+
+
+
 def _np_std_var(name):
     def f(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None, correction=None):
         _no_extras(name, dtype=dtype, out=out, where=where, mean=mean)
@@ -331,6 +506,15 @@ def _np_squeeze(a, axis=None):
 
 
 _FUNCTIONS.update({
+    np.take: take,
+    np.flip: flip,
+    np.flipud: lambda m: flip(m, 0),
+    np.fliplr: lambda m: flip(m, 1),
+    np.roll: roll,
+    np.repeat: repeat,
+    np.tile: tile,
+    np.tril: tril,
+    np.triu: triu,
     np.std: _np_std_var("std"),
     np.var: _np_std_var("var"),
     np.where: _np_where,

@@ -11,13 +11,14 @@ and a block size per axis into a TRA relation.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 __all__ = ["ANode", "Leaf", "Einsum", "Elementwise", "ScalarOp", "Unary", "Reduce", "ArgReduce",
-           "Permute", "Slice", "Take", "Expand", "Reshape", "Concatenate", "Where", "Cumsum"]
+           "Permute", "Slice", "Gather", "Index", "Regrid", "Take", "Expand", "Reshape", "Concatenate", "Where", "Cumsum"]
 
 
 def _same_axes(ndim: int) -> list:
@@ -204,14 +205,68 @@ class Permute(ANode):
 
 @dataclass(frozen=True, eq=False)
 class Slice(ANode):
-    """``x[start:stop, ...]`` per axis (step 1); the cuts must fall on chunk
-    boundaries, which constrains the block sizes the chunking may choose."""
+    """``x[start:stop:step, ...]`` per axis: output element ``o`` along axis ``a`` is
+    input element ``start + o*step`` (``bounds[a] == (start, step)``; the length is
+    the output's extent).  Output and input axes are cut alike; where the slice does
+    not keep whole blocks it is a re-cut (:mod:`.recut`) the plan costs."""
 
     inputs: tuple = ()
-    bounds: tuple = ()  # ((start, stop), ...) per axis
+    bounds: tuple = ()  # ((start, step), ...) per axis
 
     def links(self):
         return _same_axes(self.ndim)
+
+
+class Index:
+    """An integer array (read-only) compared and printed by its digest: a
+    :class:`Gather`'s positions, light in the chunk choice's structure key."""
+
+    __slots__ = ("values", "digest")
+
+    def __init__(self, values):
+        values = np.array(values, dtype=np.int64).reshape(-1)
+        values.flags.writeable = False
+        self.values = values
+        self.digest = hashlib.blake2b(values.tobytes(), digest_size=12).hexdigest()
+
+    def __eq__(self, other):
+        return isinstance(other, Index) and self.digest == other.digest
+
+    def __hash__(self):
+        return hash(self.digest)
+
+    def __repr__(self):
+        return f"Index[{len(self.values)}: {self.digest}]"
+
+
+@dataclass(frozen=True, eq=False)
+class Gather(ANode):
+    """Along ``axis``, output element ``o`` is input element ``index.values[o]``
+    (``take``, integer-array and boolean-mask indexing, ``roll``, ``repeat``, ``tile``):
+    a re-cut (:func:`~.recut.regather`) with the axis cut alike in and out.  ``step``:
+    the stride of the runs it takes as slices (a roll or a tile: 1), None to take
+    elements by their positions."""
+
+    inputs: tuple = ()
+    axis: int = 0
+    index: Index = None
+    step: int | None = None
+
+    def links(self):
+        return _same_axes(self.ndim)
+
+
+@dataclass(frozen=True, eq=False)
+class Regrid(ANode):
+    """``x`` with its chunking along ``axes`` its own (a class of its own, not
+    ``x``'s): a re-cut (:func:`~.recut.recut`) where the two differ — what lets an
+    operation that needs an axis whole take an input whose given chunks cut it."""
+
+    inputs: tuple = ()
+    axes: tuple = ()
+
+    def links(self):
+        return [(0, a, a) for a in range(self.ndim) if a not in self.axes]
 
 
 @dataclass(frozen=True, eq=False)

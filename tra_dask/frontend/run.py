@@ -27,7 +27,7 @@ from ..optimizer.cluster import ClusterSpec
 from ..optimizer.optimize import NoPlanFits
 from ..optimizer.plan import Stage
 from ..optimizer.target import Target
-from .array import Array, regular_chunks
+from .array import Array
 from .build import Builder, computed_here as _computed_here
 from .chains import merge_chains
 from .chunking import AxisClasses, _topo, choose
@@ -52,14 +52,6 @@ def namespace():
     """:mod:`tra_dask.array_api`, the Array API namespace (``x.__array_namespace__()``),
     loaded on first use: it re-exports :mod:`.array_api` from above the front-end."""
     return importlib.import_module("tra_dask.array_api")
-
-
-class _Placeholder:
-    """``fn(key)`` of a stand-in source (a dask array that would be re-chunked):
-    planning reads only its type; it is never called."""
-
-    def __call__(self, key):  # pragma: no cover - never run
-        raise RuntimeError("a planning placeholder was evaluated")
 
 
 def _multi_paths(roots):
@@ -124,8 +116,8 @@ ORDERS = 2  # contraction orders planned under the chosen chunking (the best by 
 
 
 def _rechunk_seconds(arr, sites: int, spec) -> float:
-    """What re-chunking a dask array costs on ``spec``: its bytes cross the network
-    (all but a site's share) and one task per new block."""
+    """What the estimate charges for re-cutting a dask array on ``spec``: its bytes
+    cross the network (all but a site's share) and one task per block."""
     return arr.nbytes * (1 - 1 / sites) / spec.bandwidth + arr.npartitions * spec.task_overhead / sites
 
 
@@ -159,8 +151,8 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
     arrays planned together) on ``target`` (its sites and cluster spec; a
     :class:`~tra_dask.optimizer.target.Target`): ``plan_rel(rel, options) -> Plan``
     plans a relation with the named search options (``"quick"``, a narrower search,
-    for comparing candidates; ``"auto"`` for the plan kept).  A candidate that re-chunks a dask
-    input pays :func:`_rechunk_seconds` on top of its plan.  Returns ``(relation or
+    for comparing candidates; ``"auto"`` for the plan kept).  A candidate that cuts a dask
+    input otherwise re-cuts it inside its plan (``dask_source``), costed there.  Returns ``(relation or
     tuple of relations, plan, choice)`` (choice None when an expression of the same
     structure — :func:`_structure` and ``context`` — was chosen for before: that
     chunking is planned again over this data); the plan carries a ``chunking`` stage saying
@@ -175,35 +167,24 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
     for n in multi:  # an automatic order starts as opt_einsum's best (what Builder would take)
         if n not in paths:
             paths[n] = contraction_paths(list(n.subs), n.out, dict(n.sizes))[0]
-    built: dict = {}  # (blocks, paths) -> (relation, plan, used a placeholder)
+    built: dict = {}  # (blocks, paths, quick) -> (relation, plan)
 
-    has_dask = any(isinstance(n, Leaf) and n.kind == "dask" for n in cl.nodes)
     on_device = any(isinstance(n, Leaf) and is_device(getattr(n.data, "_meta", n.data)) for n in cl.nodes)
     if not on_device:  # the GPU terms price device data only (host chunks run on the CPUs)
         spec = spec.on_host()
     structure = (_structure(roots, sites, spec), context)
 
-    def evaluate(blocks, paths=paths, placeholders=True, quick=True):
-        placeholders = placeholders and has_dask  # (without dask inputs they make no difference)
-        key = (tuple(blocks), tuple(paths.get(n) for n in multi), placeholders, quick)
+    def evaluate(blocks, paths=paths, quick=True):
+        key = (tuple(blocks), tuple(paths.get(n) for n in multi), quick)
         if key not in built:
-            used = []
-
             def block(node, axis):
                 return min(blocks[cl.of[(node, axis)]], max(1, node.shape[axis]))
 
-            def source(arr, chunks, name):
-                if placeholders and regular_chunks(arr.chunks) != tuple(chunks):
-                    used.append(arr)  # costed as data placed freely (+ the re-chunk); made only if chosen
-                    return L.from_function(_Placeholder(), arr.shape, chunks, arr.dtype, name=f"{name}(rechunked)")
-                return dask_source(arr, chunks, name)
-
-            build = Builder(block, source, paths)
+            build = Builder(block, dask_source, paths)
             rel = tuple(build(r) for r in roots) if several else build(roots[0])
-            extra = sum(_rechunk_seconds(a, sites, spec) for a in {id(a): a for a in used}.values())
-            built[key] = (rel, plan_rel(rel, "quick" if quick else "auto"), bool(used), extra)
-        p, extra = built[key][1], built[key][3]
-        return p, (p.cost.seconds or 0.0) + extra
+            built[key] = (rel, plan_rel(rel, "quick" if quick else "auto"))
+        p = built[key][1]
+        return p, p.cost.seconds or 0.0
 
     with _CHOICES_LOCK:
         seen = _CHOICES.get(structure)
@@ -211,11 +192,11 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
         blocks, order, why = seen
         before = {n: p for n, p in zip(multi, order) if p is not None}
         try:
-            evaluate(blocks, before, placeholders=False, quick=False)
+            evaluate(blocks, before, quick=False)
         except NoPlanFits:  # it does not fit where it did (less memory now): choose again
             pass
         else:
-            rel, best = built[(tuple(blocks), tuple(before.get(n) for n in multi), False, False)][:2]
+            rel, best = built[(tuple(blocks), tuple(before.get(n) for n in multi), False)]
             why = f"{why} (the choice made before for an expression of this structure)"
             return rel, best.with_stage(Stage("chunking", None, time.perf_counter() - t0, why)), None
     estimate = Estimator(cl, sites, spec, paths,
@@ -243,9 +224,9 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
             paths[node] = min(scored)[2]
             notes.append(f"contraction order {[list(s) for s in paths[node]]}, the fastest of {len(scored)} planned "
                          f"(of {len(cands)} from opt_einsum, by the estimate) for {','.join(node.subs)}->{node.out}")
-    # the final plan: the full search, with the real (re-chunked) dask sources
-    evaluate(choice.blocks, paths, placeholders=False, quick=False)
-    rel, best = built[(tuple(choice.blocks), tuple(paths.get(n) for n in multi), False, False)][:2]
+    # the final plan: the full search
+    evaluate(choice.blocks, paths, quick=False)
+    rel, best = built[(tuple(choice.blocks), tuple(paths.get(n) for n in multi), False)]
     why = choice.why + ("; " + "; ".join(notes) if notes else "")
     with _CHOICES_LOCK:
         _CHOICES[structure] = (tuple(choice.blocks), tuple(paths.get(n) for n in multi), why)

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..kernels import array_module, on_device_of
 from .nodes import Aggregate, Concat, Filter, Join, Rekey, Relation, Tile, Transform, _fmt_keys, toposort
-from .sources import ClusterSource, FromChunks, FromFunction, FromNumpy, Source
+from .sources import ClusterSource, FromChunks, FromFunction, FromNumpy, Pieces, Source
 
 __all__ = ["evaluate", "to_numpy", "check_integrity", "check_outputs", "flatten_outputs", "substitute"]
 
@@ -212,7 +212,7 @@ _EVAL: dict[type, Callable[..., Chunks]] = {
 
 def _register_sources():
     # (a cluster source's chunks are fetched by the function the runtime gave it)
-    for cls in (FromNumpy, FromChunks, FromFunction, ClusterSource):
+    for cls in (FromNumpy, FromChunks, FromFunction, ClusterSource, Pieces):
         _EVAL[cls] = _eval_source
 
 

@@ -8,6 +8,7 @@ by the workers later.  Sources are checked for the paper's integrity constraints
 
 from __future__ import annotations
 
+import hashlib
 from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -18,7 +19,7 @@ from ..kernels import is_device
 from ..types import Key, RelationType, Shape, check_extents, grid_type, normalize_chunks, normalize_key
 from .nodes import Relation, _fmt_keys
 
-__all__ = ["Source", "FromNumpy", "FromChunks", "FromFunction", "ClusterSource"]
+__all__ = ["Source", "FromNumpy", "FromChunks", "FromFunction", "ClusterSource", "Pieces"]
 
 
 class Source(Relation):
@@ -202,6 +203,101 @@ class ClusterSource(Source):
             lookup = dict(self.dask_keys)
             object.__setattr__(self, "_lookup", lookup)
         return self.fetch(lookup[key])
+
+
+def piece_table(extent: int, block, src, out_block: int, step: int | None = 1) -> np.ndarray:
+    """The pieces of a re-cut, one row ``(j, q, i, start, count, o)`` each.  Output
+    element ``o`` of an axis cut in blocks of ``out_block`` is input element ``src[o]``
+    of an axis of ``extent`` cut in blocks of ``block`` (an int, or each block's
+    extent: dask's chunks along the axis).  A piece is a run of output
+    elements in one output block ``j`` taken from one input block ``i`` — with
+    ``step``, a run whose input elements go up by ``step`` (``count`` of them from
+    ``start`` in block ``i``); with ``step=None``, any run (its positions
+    ``src[o:o+count] - i*block``).  ``q`` numbers block ``j``'s pieces in output order.
+
+    >>> piece_table(10, 4, np.arange(3, 9), 4).tolist()  # x[3:9] of blocks of 4, cut in blocks of 4
+    [[0, 0, 0, 3, 1, 0], [0, 1, 1, 0, 3, 1], [1, 0, 1, 3, 1, 4], [1, 1, 2, 0, 1, 5]]
+    >>> piece_table(10, 4, np.arange(9, -1, -1), 4, -1).tolist()[:2]  # x[::-1]: x[9], x[8]; then x[7], x[6]
+    [[0, 0, 2, 1, 2, 0], [0, 1, 1, 3, 2, 2]]
+    """
+    src = np.asarray(src, dtype=np.int64).reshape(-1)
+    length = len(src)
+    sizes = np.atleast_1d(np.asarray(block, dtype=np.int64))
+    if step == 0 or (sizes <= 0).any() or out_block <= 0 or length == 0 \
+            or (sizes.size > 1 and sizes.sum() != extent):
+        raise ValueError(f"piece_table: step {step}, block {block}, out_block {out_block}, length {length}")
+    if src.min() < 0 or src.max() >= extent:
+        raise ValueError(f"piece_table: elements {src.min()}..{src.max()} outside an extent of {extent}")
+    if sizes.size == 1:  # the input block of each output element, and where it starts
+        i = src // int(sizes[0])
+        first = i * int(sizes[0])
+    else:
+        starts = np.r_[0, np.cumsum(sizes)[:-1]]
+        i = np.searchsorted(starts, src, side="right") - 1
+        first = starts[i]
+    j = np.arange(length, dtype=np.int64) // out_block
+    brk = (i[1:] != i[:-1]) | (j[1:] != j[:-1])
+    if step is not None:
+        brk |= src[1:] != src[:-1] + step
+    starts = np.flatnonzero(np.r_[True, brk])
+    counts = np.diff(np.r_[starts, length])
+    pj, pi = j[starts], i[starts]
+    jstart = np.flatnonzero(np.r_[True, pj[1:] != pj[:-1]])
+    pq = np.arange(len(starts)) - np.repeat(jstart, np.diff(np.r_[jstart, len(starts)]))
+    return np.stack([pj, pq, pi, src[starts] - first[starts], counts, starts], axis=1)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Pieces(Source):
+    """The geometry of a re-cut of one axis (:func:`piece_table`), as a relation: the
+    ``q``-th piece of output block ``j`` is taken from input block ``i``; the key is
+    ``(i, j, q)`` (the input block first, to join on; not continuous — a block is in
+    few pieces — as a filter leaves).  With a ``step`` the chunk is an empty int8 array
+    of shape ``(start, count, 0)``: metadata, no bytes, read from the shape, so every
+    type stays a function of shapes.  Without, it is the piece's ``count`` positions
+    in its input block (int64): data, and costed as data.  ``src`` (read-only): the
+    input element of each output element."""
+
+    extent: int
+    block: Any  # an int, or a tuple of each block's extent
+    src: Any
+    out_block: int
+    step: int | None
+    name: str
+
+    def _params(self):
+        digest = self.__dict__.get("_digest")
+        if digest is None:
+            digest = hashlib.blake2b(np.ascontiguousarray(self.src).tobytes(), digest_size=16).hexdigest()
+            object.__setattr__(self, "_digest", digest)
+        return (self.extent, self.block, digest, self.out_block, self.step)
+
+    @property
+    def table(self) -> np.ndarray:
+        t = self.__dict__.get("_table")
+        if t is None:
+            t = piece_table(self.extent, self.block, self.src, self.out_block, self.step)
+            object.__setattr__(self, "_table", t)
+        return t
+
+    def _infer_type(self) -> RelationType:
+        t = self.table
+        if self.step is None:
+            rows, dtype = t[:, 4:5], np.int64
+        else:
+            rows, dtype = np.c_[t[:, 3:5], np.zeros(len(t), np.int64)], np.int8
+        shapes, ids = np.unique(rows, axis=0, return_inverse=True)
+        return RelationType(t[:, [2, 0, 1]], ids.reshape(-1), [tuple(r) for r in shapes.tolist()], dtype)
+
+    def load(self, key: Key):
+        if self.step is not None:
+            return np.empty(self.type.chunk_type(key).shape, dtype=np.int8)
+        rows = self.__dict__.get("_rows")
+        if rows is None:  # (j, q) -> (start, count, o), made once
+            rows = {(j, q): (start, count, o) for j, q, _, start, count, o in self.table.tolist()}
+            object.__setattr__(self, "_rows", rows)
+        start, count, o = rows[tuple(key[1:])]
+        return self.src[o:o + count] - (self.src[o] - start)
 
 
 def _check_grid(where: str, keys: np.ndarray, shapes: np.ndarray) -> None:

@@ -10,7 +10,7 @@ call, by the caller of :func:`plan_on`.
 
 from __future__ import annotations
 
-from ..frontend.array import regular_chunks
+from ..frontend.recut import rechunk
 from ..frontend.run import as_arrays, evaluate_local, plan_chunking, refuse_empty, with_empties
 from ..kernels import to_host
 from .cluster import _resolve, current_client
@@ -37,12 +37,10 @@ def plan_on(x, client, workers, *, calibrate: bool = True, memory_limit=None, ga
     for where the data is, as :func:`tra_dask.plan_for`'s plans are."""
     made: dict = {}
 
-    def dask_source(arr, chunks, name):  # persisted once per chunking, where dask puts it
-        key = (arr.name, tuple(chunks))
-        if key not in made:
-            cut = arr if regular_chunks(arr.chunks) == tuple(chunks) else arr.rechunk(chunks)
-            made[key] = from_dask_array(cut, name=name, client=client)
-        return made[key]
+    def dask_source(arr, chunks, name):  # its blocks where they live, re-cut by the plan to ``chunks``
+        if arr.name not in made:
+            made[arr.name] = from_dask_array(arr, name=name, client=client)
+        return rechunk(made[arr.name], arr.chunks, tuple(chunks), name=name)
 
     def plan_rel(rel, options):
         return planned_on(rel, client, workers, objective="time", calibrate=calibrate, memory_limit=memory_limit,
