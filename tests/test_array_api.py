@@ -119,3 +119,23 @@ def test_code_written_against_the_standard_runs_unchanged():
     got = _standard_code(td.from_array(X).__array_namespace__(), td.from_array(X), td.from_array(w))
     assert isinstance(got, td.Array)
     np.testing.assert_allclose(td.to_numpy(got), _standard_code(np, X, w), rtol=1e-12)
+
+
+def test_manipulation_and_indexing_functions_of_the_standard():
+    """take, flip, roll, repeat, tile, tril/triu; argmin over the flattened array;
+    arange's default dtype from all its arguments; an axis out of range is an
+    IndexError (numpy's AxisError) as the standard asks."""
+    rng = np.random.default_rng(2)
+    a = rng.random((5, 6))
+    x = xp.asarray(a)
+    cases = [(xp.take(x, xp.asarray([4, 0, 4]), axis=0), np.take(a, [4, 0, 4], axis=0)),
+             (xp.flip(x, axis=1), np.flip(a, 1)), (xp.roll(x, -2, axis=0), np.roll(a, -2, axis=0)),
+             (xp.roll(x, 7), np.roll(a, 7)), (xp.repeat(x, 2, axis=1), np.repeat(a, 2, axis=1)),
+             (xp.tile(x, (2, 1)), np.tile(a, (2, 1))), (xp.tril(x, k=1), np.tril(a, 1)), (xp.triu(x), np.triu(a)),
+             (xp.argmin(x), np.argmin(a)), (xp.argmax(x), np.argmax(a))]
+    for got, want in cases:
+        np.testing.assert_array_equal(td.to_numpy(got), want)
+    assert xp.arange(0, 5.5).dtype == xp.float64 and xp.arange(5).dtype == xp.int64
+    with pytest.raises(IndexError, match=r"axis 3 is out of range for rank 3"):
+        xp.expand_dims(x, axis=3)
+    assert xp.expand_dims(x, axis=2).shape == (5, 6, 1)

@@ -67,6 +67,19 @@ def test_a_recut_reads_only_the_blocks_it_takes_from():
     assert r.ntuples == 1 and r.input.ntuples == 4
 
 
+def test_thousands_of_skipped_blocks_are_one_predicate():
+    """A stride that skips every other block of thousands reads the others through
+    one set-membership predicate (a chain of ``|`` as long as the set overflowed
+    Python's recursion limit)."""
+    from tra_dask.keys import In
+
+    a = np.arange(6000.0)
+    r = recut(L.from_numpy(a, 2, name="X"), 0, 6000, 2, 0, 4, 1500, 2)
+    np.testing.assert_array_equal(L.to_numpy(r), a[::4])
+    (f,) = [n for n in L.toposort([r]) if isinstance(n, L.Filter)]
+    assert isinstance(f.pred, In) and len(f.pred.values) == 1500
+
+
 def test_aligned_recuts_are_left_to_a_filter():
     assert aligned(10, 4, 4, 1, 6, 4) and aligned(10, 4, 0, 1, 8, 4)
     assert not aligned(10, 4, 4, 1, 5, 4)       # stops inside a block
@@ -255,3 +268,55 @@ def test_a_take_over_a_dask_input_runs_on_a_cluster_as_predicted(client):
     rf = td.submit(np.take(td.from_array(X), idx, axis=0) @ td.from_array(X).T, client=client)
     np.testing.assert_allclose(rf.to_numpy(), x[idx] @ x.T, rtol=1e-12)
     assert rf.transfers() == rf.plan.cost.bytes_moved, rf.plan.explain()
+
+
+def test_index_arrays_beside_an_ellipsis_and_slices_of_given_chunks_made_whole():
+    a = np.arange(24.0).reshape(2, 3, 4)
+    x = td.from_array(a)
+    for got, want in [(x[..., np.array([2, 0])], a[..., [2, 0]]), (x[np.array([1, 0]), ...], a[[1, 0], ...]),
+                      (x[..., np.array([True, False, True, False])], a[..., [True, False, True, False]])]:
+        np.testing.assert_array_equal(td.to_numpy(got), want)
+    m = np.arange(108.0).reshape(9, 12)
+    g = td.from_array(m, chunks=4)  # given chunks; each operand below is a slice or take of them
+    for got, want in [(g[4:8].reshape(-1), m[4:8].reshape(-1)),
+                      (np.concatenate([g[2:4], g[0:2]]), np.concatenate([m[2:4], m[0:2]])),
+                      (np.concatenate([g[:, 4:], g[:, :4]], axis=1), np.concatenate([m[:, 4:], m[:, :4]], axis=1)),
+                      (np.take(g, 1, axis=0), m[1]), (np.take(g, [[0, 1], [2, 3]], axis=0), m[[[0, 1], [2, 3]]])]:
+        rel, _ = build_local(got, sites=3)
+        np.testing.assert_array_equal(td.to_numpy(rel), want)
+
+
+def _resident(x, name):
+    """A relation over a dask array's blocks as the runtime makes one (a ClusterSource
+    whose chunks are whatever dask's are, empty ones included), its blocks computed here."""
+    from tra_dask.types import RelationType
+
+    store = {(x.name,) + idx: np.asarray(x.blocks[idx].compute(scheduler="sync")) for idx in np.ndindex(*x.numblocks)}
+    keys = {idx: (x.name,) + idx for idx in np.ndindex(*x.numblocks)}
+    shapes = np.array([[x.chunks[d][i] for d, i in enumerate(idx)] for idx in keys], dtype=np.int64)
+    table, ids = np.unique(shapes, axis=0, return_inverse=True)
+    t = RelationType(np.array(list(keys), dtype=np.int64).reshape(len(keys), x.ndim), ids.reshape(-1),
+                     [tuple(r) for r in table.tolist()], x.dtype)
+    return L.ClusterSource(tuple(sorted(keys.items())), t, name, store.__getitem__)
+
+
+@pytest.mark.parametrize("chunks", [((5, 0, 5), (4,)), ((10, 0), (4,)), ((3, 3, 4), (1, 3)), ((2, 8), (4,))])
+def test_dask_blocks_irregular_or_empty_are_recut_by_the_plan(chunks):
+    """``runtime.arrays``'s dask source: the array's blocks where they are, re-cut to
+    the chunking chosen (:func:`~tra_dask.frontend.recut.rechunk`), whatever dask's
+    chunks are — irregular, or with empty blocks (a boolean selection's)."""
+    import dask.array as da
+
+    from tra_dask.frontend.recut import rechunk
+    from tra_dask.frontend.run import plan_chunking
+    from tra_dask.optimizer.cluster import ClusterSpec
+    from tra_dask.optimizer.target import Target
+
+    a = np.arange(40.0).reshape(10, 4)
+    X = da.from_array(a, chunks=chunks)
+    src = _resident(X, "X")
+    target = Target(3, cluster=ClusterSpec(sites=3))
+    for f in (lambda m: m, lambda m: m[::-1], lambda m: m @ m.T, lambda m: m.reshape(-1)):
+        rel, _, _ = plan_chunking(f(td.from_array(X)), target, lambda r, o: td.optimize(r, target, options=o),
+                                  lambda arr, blocks, name: rechunk(src, arr.chunks, tuple(blocks), name=name))
+        np.testing.assert_array_equal(td.to_numpy(rel), f(a))

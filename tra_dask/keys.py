@@ -30,7 +30,7 @@ from .types import Key, normalize_key
 
 __all__ = [
     "KeyExpr", "Dim", "Const", "BinOp", "k", "k0", "k1", "k2", "k3", "k4", "k5",
-    "Predicate", "Compare", "And", "Or", "Not", "Always", "CallablePredicate",
+    "Predicate", "Compare", "In", "And", "Or", "Not", "Always", "CallablePredicate",
     "KeyFn", "KeyMap", "InsertDim", "CallableKeyFn",
     "key_map", "project", "permute", "identity", "insert_dim",
     "as_key_fn", "as_predicate",
@@ -94,6 +94,10 @@ class KeyExpr:
     def __floordiv__(self, o): return self._bin("//", o)
     def __mod__(self, o): return self._bin("%", o)
     def __neg__(self): return BinOp("-", Const(0), self)
+
+    def isin(self, values) -> "In":
+        """The predicate "this expression's value is one of ``values``"."""
+        return In(self, values)
 
     def __eq__(self, o): return Compare("==", self, _expr(o))  # type: ignore[override]
     def __ne__(self, o): return Compare("!=", self, _expr(o))  # type: ignore[override]
@@ -283,6 +287,36 @@ class Compare(Predicate):
 
     def __repr__(self):
         return f"{self.a!r} {self.op} {self.b!r}"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class In(Predicate):
+    """``expr`` is one of ``values`` (sorted, distinct ints): one predicate for a set
+    of key values however many (a chain of ``==`` ``|`` would be as deep as the set)."""
+
+    expr: KeyExpr
+    values: tuple
+
+    def __post_init__(self):
+        object.__setattr__(self, "values", tuple(sorted({int(v) for v in self.values})))
+
+    @property
+    def token(self):
+        return ("in", self.expr.token, self.values)
+
+    @property
+    def dims_read(self):
+        return self.expr.dims_read
+
+    def evaluate(self, keys):
+        return np.isin(self.expr.evaluate(keys), np.asarray(self.values, dtype=np.int64))
+
+    def substitute(self, exprs):
+        return In(self.expr.substitute(exprs), self.values)
+
+    def __repr__(self):
+        vals = ", ".join(map(str, self.values[:4])) + (", ..." if len(self.values) > 4 else "")
+        return f"{self.expr!r} in {{{vals}}}"
 
 
 def _union_dims(parts):

@@ -513,10 +513,9 @@ class Array:
 
     def _arg(self, op, axis):
         where = f"td.Array.arg{op}"
-        if axis is None:
+        if axis is None:  # the flat index: of the array reshaped to one axis
             if self.ndim != 1:
-                raise ValueError(f"{where}: axis=None (the flat index) is supported for 1-d arrays only; this one "
-                                 f"has shape {self.shape}: give an axis in {-self.ndim}..{self.ndim - 1}")
+                return self.reshape(-1)._arg(op, 0)
             axis = 0
         (a,) = self._axes(axis, where)
         _refuse_complex(where, self.dtype)
@@ -633,11 +632,11 @@ class Array:
         (k,) = arrays
         if sum(i is Ellipsis for i in index) > 1:
             raise IndexError("td.Array: an index can only have a single ellipsis ('...')")
-        if any(i is Ellipsis for i in index):
-            e = index.index(Ellipsis)
+        if any(i is Ellipsis for i in index):  # (positions by identity: == on an array is elementwise)
+            e = next(p for p, i in enumerate(index) if i is Ellipsis)
             fill = (slice(None),) * max(0, self.ndim - (len(index) - 1))
             index = index[:e] + fill + index[e + 1:]
-            k = index.index(next(i for i in index if _is_index_array(i)))
+            k = k if k < e else k - 1 + len(fill)
         if len(index) > self.ndim:
             raise IndexError(f"td.Array: {len(index)} indices for an array of rank {self.ndim}")
         idx = index[k] if isinstance(index[k], np.ndarray) else np.asarray(index[k])
@@ -666,8 +665,8 @@ class Array:
                 takes.append((a, int(s) % n))
                 s = slice(None)
             if not isinstance(s, slice):
-                raise TypeError(f"td.Array indexing supports integers, slices, None and ... only; got "
-                                f"{s!r} for axis {a} (no fancy or boolean indexing: use td.where for a mask)")
+                raise TypeError(f"td.Array indexing supports integers, slices, None, ... and one integer or "
+                                f"boolean array only; got {s!r} for axis {a}")
             start, stop, step = s.indices(n)
             bounds.append((start, step, len(range(start, stop, step))))
         shape = tuple(m for _, _, m in bounds)

@@ -225,7 +225,8 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
     if step == 0:
         raise ValueError("arange: step must not be 0")
     n = builtins.max(0, math.ceil((stop - start) / step))
-    dtype = np.dtype(dtype) if dtype is not None else np.arange(start, start + step, step).dtype
+    floats = builtins.any(isinstance(v, float) for v in (start, stop, step))
+    dtype = np.dtype(dtype) if dtype is not None else float64 if floats else np.dtype(np.int64)
     if n == 0:
         return _filled((0,), dtype)
     return from_region(_Arange(start, step, dtype), (n,), dtype, name=f"arange[{start}:{stop}:{step}]")
@@ -540,6 +541,16 @@ def repeat(x, repeats, /, *, axis=None):
 
 def tile(x, repetitions, /):
     return _f.tile(_array(x, "tile"), repetitions)
+
+
+def tril(x, /, *, k=0):
+    """The elements on and below diagonal ``k`` of the last two axes, zeros above."""
+    return _f.tril(_array(x, "tril"), k)
+
+
+def triu(x, /, *, k=0):
+    """The elements on and above diagonal ``k`` of the last two axes, zeros below."""
+    return _f.triu(_array(x, "triu"), k)
 
 
 def unstack(x, /, *, axis=0):

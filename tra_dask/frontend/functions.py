@@ -32,7 +32,9 @@ __all__ = ["where", "concatenate", "stack", "reshape", "expand_dims", "squeeze",
 
 def _axis(axis, ndim: int, where: str) -> int:
     if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
-        raise ValueError(f"{where}: axis {axis!r} is out of range for rank {ndim}; valid axes: {-ndim}..{ndim - 1}")
+        # (numpy's AxisError: a ValueError and an IndexError, as numpy and the Array API raise)
+        raise np.exceptions.AxisError(f"{where}: axis {axis!r} is out of range for rank {ndim}; valid axes: "
+                                      f"{-ndim}..{ndim - 1}")
     return int(axis) % ndim
 
 
@@ -198,7 +200,12 @@ def _whole(x: Array, axes) -> Array:
     (:class:`~.nodes.Regrid`: a re-cut the plan costs), for an operation that needs
     them whole."""
     cl = AxisClasses([x._node])
-    cut = tuple(a for a in axes if x.shape[a] > 1 and any(b < x.shape[a] for b in cl.pinned(cl.of[(x._node, a)])))
+    cut = []
+    for a in axes:  # (a class's extent is its longest axis's: a slice of a given grid is cut as the grid is)
+        ci = cl.of[(x._node, a)]
+        if any(b < cl.extent[ci] for b in cl.pinned(ci)):
+            cut.append(a)
+    cut = tuple(cut)
     return Array(Regrid(x.shape, x.dtype, inputs=(x._node,), axes=cut)) if cut else x
 
 
@@ -380,6 +387,8 @@ def flip(m, axis=None) -> Array:
     reversed — a slice of step -1."""
     x = _operand(m, "numpy.flip")
     axes = range(x.ndim) if axis is None else [_axis(a, x.ndim, "flip") for a in np.atleast_1d(axis).tolist()]
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"flip: repeated axis in {axis!r}")
     index = [slice(None)] * x.ndim
     for a in axes:
         index[a] = slice(None, None, -1)
@@ -414,6 +423,8 @@ def repeat(a, repeats, axis=None) -> Array:
         x, axis = x.reshape(-1), 0
     axis = _axis(axis, x.ndim, "repeat")
     reps = np.asarray(repeats)
+    if reps.size == 0:  # (numpy's [] is float: no counts, for an empty axis)
+        reps = reps.astype(np.int64)
     if reps.dtype.kind not in "iu" or reps.ndim > 1 or (reps < 0).any():
         raise ValueError(f"repeat: repeats must be non-negative ints (one, or one per element), got {repeats!r}")
     n = x.shape[axis]

@@ -14,9 +14,6 @@ Law: the result is the grid of ``x[first::step][:length]`` along ``axis`` in blo
 
 from __future__ import annotations
 
-import functools
-import operator
-
 import numpy as np
 
 from .. import logical as L
@@ -60,7 +57,7 @@ def regather(rel, axis: int, extent: int, block, src, out_block: int, step: int 
         if used[-1] - used[0] + 1 == len(used):
             rel = L.filter(rel, (Dim(axis) >= int(used[0])) & (Dim(axis) <= int(used[-1])))
         else:
-            rel = L.filter(rel, functools.reduce(operator.or_, [Dim(axis) == int(v) for v in used]))
+            rel = L.filter(rel, Dim(axis).isin(used.tolist()))
     cut = L.join(rel, pieces, (axis,), (0,), ops.piece_kernel(axis, step))  # key: rel's, j, q
     exprs = [Dim(rank) if d == axis else Dim(d) for d in range(rank)] + [Dim(rank + 1)]
     return L.concat(L.rekey(cut, key_map(tuple(exprs))), rank, axis)
@@ -72,7 +69,8 @@ def rechunk(rel, chunks: tuple, blocks: tuple, name: str = ""):
     for a, (have, want) in enumerate(zip(chunks, blocks)):
         have = tuple(int(c) for c in have)
         n = sum(have)
-        b = have[0] if all(c == have[0] for c in have[:-1]) and have[-1] <= have[0] else None  # uniform blocks
+        uniform = all(c == have[0] for c in have[:-1]) and 0 < have[-1] <= have[0]
+        b = have[0] if uniform else None  # (else each block's extent: irregular, or with empty blocks)
         if b is not None and min(b, n) == min(want, n):
             continue
         rel = recut(rel, a, n, b if b is not None else have, 0, 1, n, want, name=name)

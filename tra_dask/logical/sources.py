@@ -209,7 +209,8 @@ def piece_table(extent: int, block, src, out_block: int, step: int | None = 1) -
     """The pieces of a re-cut, one row ``(j, q, i, start, count, o)`` each.  Output
     element ``o`` of an axis cut in blocks of ``out_block`` is input element ``src[o]``
     of an axis of ``extent`` cut in blocks of ``block`` (an int, or each block's
-    extent: dask's chunks along the axis).  A piece is a run of output
+    extent: dask's chunks along the axis, empty blocks included — no piece comes from
+    one).  A piece is a run of output
     elements in one output block ``j`` taken from one input block ``i`` — with
     ``step``, a run whose input elements go up by ``step`` (``count`` of them from
     ``start`` in block ``i``); with ``step=None``, any run (its positions
@@ -223,7 +224,7 @@ def piece_table(extent: int, block, src, out_block: int, step: int | None = 1) -
     src = np.asarray(src, dtype=np.int64).reshape(-1)
     length = len(src)
     sizes = np.atleast_1d(np.asarray(block, dtype=np.int64))
-    if step == 0 or (sizes <= 0).any() or out_block <= 0 or length == 0 \
+    if step == 0 or (sizes < 0).any() or not sizes.any() or out_block <= 0 or length == 0 \
             or (sizes.size > 1 and sizes.sum() != extent):
         raise ValueError(f"piece_table: step {step}, block {block}, out_block {out_block}, length {length}")
     if src.min() < 0 or src.max() >= extent:
@@ -233,7 +234,7 @@ def piece_table(extent: int, block, src, out_block: int, step: int | None = 1) -
         first = i * int(sizes[0])
     else:
         starts = np.r_[0, np.cumsum(sizes)[:-1]]
-        i = np.searchsorted(starts, src, side="right") - 1
+        i = np.searchsorted(starts, src, side="right") - 1  # (the last of equal starts: not an empty block)
         first = starts[i]
     j = np.arange(length, dtype=np.int64) // out_block
     brk = (i[1:] != i[:-1]) | (j[1:] != j[:-1])
