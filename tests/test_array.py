@@ -198,7 +198,7 @@ def test_bad_array_inputs():
         x + np.ones(3)
     with pytest.raises(ValueError, match=r"axis 2 is out of range for an array of shape \(3, 4\); valid axes: -2..1"):
         x.sum(axis=2)
-    with pytest.raises(TypeError, match=r"integers, slices, None and ... only"):
+    with pytest.raises(TypeError, match=r"integers, slices, None, ... and one integer or boolean array only"):
         x[{1, 2}]
     with pytest.raises(IndexError, match=r"index 3 is out of bounds for axis 0 with extent 3"):
         x[3]

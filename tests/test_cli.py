@@ -207,7 +207,7 @@ def test_keep_serves_the_dashboard_until_ctrl_c():
         assert "Dask needs bokeh" not in body[status]  # the Bokeh dashboard renders
         assert "tra-dask run matmul general" in body[page]  # this submission, by the name the command gave it
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal: the command and its worker processes
-        assert proc.wait(timeout=15) == 0
+        assert proc.wait(timeout=45) == 0  # (a clean exit, not a fast one: 15 s was too short beside 8 workers)
         assert proc.stderr.read() == ""  # no tracebacks, from the command or its workers
     finally:
         if proc.poll() is None:
