@@ -273,9 +273,15 @@ def _close_embedded() -> None:
             client.run(_stop_heartbeat, callback_timeout=10)  # a round trip: the cancellations have reached the workers
         except Exception:
             pass
-        client.close()
+        try:  # bounded: a worker stuck in its own shutdown (Ctrl-C reaches the whole process group) must not hold the exit
+            client.close(timeout=10)
+        except Exception:
+            pass
     if cluster is not None:
-        cluster.close()
+        try:
+            cluster.close(timeout=20)
+        except Exception:
+            pass
 
 
 def _stop_heartbeat(dask_worker) -> None:
