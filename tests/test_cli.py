@@ -191,8 +191,11 @@ def _lines(proc) -> queue.Queue:
 @pytest.mark.cluster
 def test_keep_serves_the_dashboard_until_ctrl_c():
     env = dict(os.environ, PYTHONFAULTHANDLER="1")  # (SIGABRT dumps every thread's stack: a hang says where)
+    # started with SIGINT ignored, as a test runner's worker may start it (it hung so: the
+    # command must install its own handler)
     proc = subprocess.Popen([*TRA_DASK, "run", "matmul", *SMALL, "--keep"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         lines, deadline = _lines(proc), time.monotonic() + 120
         while "keeping the cluster up until Ctrl-C" not in (line := lines.get(timeout=deadline - time.monotonic())):

@@ -276,6 +276,9 @@ def check_blocks(args, A, B, rf) -> bool:
 
 def keep_until_interrupted(client, rf) -> None:
     """--keep: print the dashboard links, then wait for Ctrl-C."""
+    # Ctrl-C must stop it even when this process was started with SIGINT ignored (Python then
+    # installs no handler of its own: a parent that ignores it, a test runner's worker)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     print(f"  keeping the cluster up until Ctrl-C: dashboard {client.dashboard_link} "
           f"(this plan: {rf.dashboard_link})", flush=True)
     try:
