@@ -230,7 +230,7 @@ def test_chunk_names_found_while_the_array_changed_are_not_kept(client, monkeypa
 
     x = np.random.default_rng(6).random((200, 200))
     y = np.random.default_rng(7).random((200, 100))
-    real, calls = lowering._content_token, []
+    real, calls = lowering.content_token, []
 
     def racing(a):
         calls.append(a.shape)
@@ -238,11 +238,11 @@ def test_chunk_names_found_while_the_array_changed_are_not_kept(client, monkeypa
             x[150, 150] += 1.0
         return real(a)
 
-    monkeypatch.setattr(lowering, "_content_token", racing)
+    monkeypatch.setattr(lowering, "content_token", racing)
     X, Y = td.from_numpy(x, (100, 100), name="X"), td.from_numpy(y, (100, 100), name="Y")
     td.submit(matmul(X, Y), client=client).wait()
     assert id(x) not in lowering._CHUNK_TOKENS  # the array changed meanwhile: nothing kept
-    monkeypatch.setattr(lowering, "_content_token", real)
+    monkeypatch.setattr(lowering, "content_token", real)
     rf = td.submit(matmul(X, Y), client=client)
     np.testing.assert_allclose(rf.to_numpy(), x @ y, rtol=1e-12)
     assert id(x) in lowering._CHUNK_TOKENS

@@ -2,6 +2,8 @@
 subscripts, a result's write counted once, rates that depend on how many workers of
 a host are busy, and calibration that keeps the quiet reading of repeated probes."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -102,6 +104,41 @@ def test_a_gemm_is_never_faster_than_its_elements_can_be_touched():
     assert kernel_rate(thin, spec) == pytest.approx(1e9 * 3 * flops / touched)
 
 
+def test_transcendental_elements_cost_their_adds():
+    """``exp``, ``sin``, ``x ** 2.5`` are compute bound: their elements count at their cost
+    in in-place adds (ELEMENT_COST), a composition at its stages' mean, a square as an
+    add; on a GPU (memory bound) and in the chunk choice's estimate alike."""
+    from tra_dask.frontend.chunk_ops import scalar_kernel, ufunc_kernel
+    from tra_dask.frontend.estimate import Estimator
+    from tra_dask.frontend.chunking import AxisClasses
+    from tra_dask.optimizer.time import ELEMENT_COST, call_rate, element_cost
+
+    exp, add = get_kernel("exp"), get_kernel("add")
+    assert element_cost(exp) == ELEMENT_COST["exp"] > 4 and element_cost(add) == 1.0
+    assert element_cost(ufunc_kernel("sin")) == ELEMENT_COST["sin"]
+    assert element_cost(scalar_kernel("pow", 2)) == 1.0 < element_cost(scalar_kernel("pow", 2.5))
+    assert element_cost(scalar_kernel("pow", 2, reflected=True)) == ELEMENT_COST["pow"]  # 2 ** x
+    assert element_cost(compose(exp, add)) == pytest.approx((1 + ELEMENT_COST["exp"]) / 2)
+    spec = td.ClusterSpec(1, rates={"blas": 4e10, "elementwise": 1e9})
+    shapes = [(1000, 1000)]
+    assert call_rate(exp, shapes, np.float64, spec) == pytest.approx(1e9 / ELEMENT_COST["exp"])
+    assert call_rate(add, shapes * 2, np.float64, spec) == pytest.approx(1e9)
+    gpu = td.ClusterSpec(1, gpu=td.GpuSpec(memory=80e9, blas={"float64": 4e13}, elementwise=3e11, to_host=2e10,
+                                          from_host=2.5e10))
+    assert call_rate(exp, shapes, np.float64, gpu) == call_rate(add, shapes * 2, np.float64, gpu)
+
+    # the plan and the estimate price np.exp(a) above a + 1 by the kernel's extra adds
+    a = td.from_region(lambda r: None, (2000, 2000), "float64")
+    secs = {}
+    for name, x in (("exp", np.exp(a)), ("add", a + 1.0)):
+        plan = td.frontend.run.build_local(x, sites=2)[1]
+        est = Estimator(AxisClasses([x._node]), 2, td.ClusterSpec(2), {})([1000, 2000])
+        secs[name] = (plan.cost.seconds, est)
+    extra = 2000 * 2000 / 2 * (ELEMENT_COST["exp"] - 1) / td.ClusterSpec(2).rates["elementwise"]
+    assert secs["exp"][0] - secs["add"][0] == pytest.approx(extra, rel=0.05)
+    assert secs["exp"][1] - secs["add"][1] == pytest.approx(extra, rel=0.05)
+
+
 def test_a_worker_alone_on_its_host_runs_at_the_rate_alone():
     """Rates measured with every worker busy and alone: a node whose only busy site
     is on a host of two runs at the rate alone, capped by the host's capacity (the
@@ -176,3 +213,25 @@ def test_calibration_keeps_the_quiet_reading_of_noisy_repeats():
     # the rates alone: only where measurably faster than with every worker busy
     assert _alone_rates({"blas": 1e10, "elementwise": 1e9}, {"blas": 2.3, "elementwise": 1.02}) == {"blas": 2.3e10}
     assert _alone_rates({"blas": 1e10, "elementwise": 1e9}, {"blas": 1.0}) is None
+
+
+def test_in_process_inputs_are_named_on_every_submission():
+    """Each submission hashes the plan's numpy inputs (so that chunks the workers hold
+    are not sent again): their bytes at the spec's ``hash_bandwidth``, each array once
+    however many chunks or readers it has; data made on the workers costs nothing."""
+    from tra_dask.frontend.chunking import AxisClasses
+    from tra_dask.frontend.estimate import Estimator
+    from tra_dask.optimizer.time import plan_seconds
+
+    x = np.ones((400, 300))
+    a = td.from_array(x)
+    _, plan = td.frontend.run.build_local(a @ a.T + 1.0, sites=2)
+    assert plan.cost.named == x.nbytes
+    fast = dataclasses.replace(td.ClusterSpec(2), hash_bandwidth=1e15)
+    slow = dataclasses.replace(fast, hash_bandwidth=1e6)
+    assert plan_seconds(plan.cost, slow)[0] - plan_seconds(plan.cost, fast)[0] == pytest.approx(x.nbytes / 1e6, rel=1e-6)
+    made = td.from_region(lambda r: None, (400, 300), "float64")
+    assert td.frontend.run.build_local(made @ made.T + 1.0, sites=2)[1].cost.named == 0
+    cl = AxisClasses([(a @ a.T)._node])
+    blocks = [c[0] for c in (cl.candidates(ci, 2) for ci in range(len(cl.classes)))]
+    assert Estimator(cl, 2, slow, {})(blocks) - Estimator(cl, 2, fast, {})(blocks) == pytest.approx(x.nbytes / 1e6)

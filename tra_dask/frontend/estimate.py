@@ -39,11 +39,11 @@ import math
 
 import numpy as np
 
-from ..optimizer.time import call_rate, gather_seconds
+from ..optimizer.time import call_rate, gather_seconds, op_cost
 from .chunk_ops import einsum_kernel
 from .einsum import contraction_paths
 from ..logical import piece_table
-from .nodes import Einsum, Gather, Leaf, Slice
+from .nodes import Einsum, Elementwise, Gather, Leaf, ScalarOp, Slice, Unary
 from .recut import aligned
 
 __all__ = ["Estimator"]
@@ -106,6 +106,9 @@ class Estimator:
         results = [(math.prod(r.shape) * np.dtype(r.dtype).itemsize,
                     math.prod(self._nblocks(r, a, blocks) for a in range(r.ndim))) for r in self.roots]
         seconds += gather_seconds(results, self.spec)
+        named = {id(n.data): n.data.nbytes for n in cl.nodes
+                 if isinstance(n, Leaf) and n.kind == "numpy" and isinstance(n.data, np.ndarray)}
+        seconds += sum(named.values()) / self.spec.hash_bandwidth  # (the time model's: each submission names them)
         return self.spec.submit_overhead + tasks * (self.spec.task_overhead + self.launch) + seconds
 
     def footprint(self, blocks) -> float:
@@ -132,7 +135,21 @@ class Estimator:
         used = min(self.sites, nblocks)
         per_site = math.ceil(nblocks / used) * elems / nblocks
         made = math.ceil(nblocks / used) * math.prod(n.shape) / max(1, math.prod(nb)) * np.dtype(n.dtype).itemsize
-        return per_site / (self._elementwise_rate(n.dtype) * self.threads) + made / self.fresh, nblocks
+        return per_site * self._op_cost(n) / (self._elementwise_rate(n.dtype) * self.threads) + made / self.fresh, \
+            nblocks
+
+    def _op_cost(self, n) -> float:
+        """What an elementwise node costs per element, in adds (:func:`~tra_dask.optimizer.time.op_cost`;
+        one on a GPU)."""
+        if self.spec.gpu is not None:
+            return 1.0
+        if isinstance(n, Unary):
+            return op_cost(n.kernel)
+        if isinstance(n, Elementwise):
+            return op_cost(n.op)
+        if isinstance(n, ScalarOp):
+            return op_cost(n.op, None if n.reflected else n.value)
+        return 1.0
 
     def _recut(self, n, blocks) -> tuple[float, int]:
         """A slice's or gather's re-cuts (:mod:`.recut`), axis by axis: a task per

@@ -47,7 +47,7 @@ from ..physical.work import NodeWork, PlanWork, plan_work
 from . import tasks
 from .keys import data_key, task_name
 
-__all__ = ["lower", "Lowered"]
+__all__ = ["lower", "Lowered", "content_token"]
 
 
 @dataclass
@@ -168,7 +168,7 @@ def _visit_source(node: PSource, w: NodeWork, task_keys: list, out: Lowered):
                     names = _ChunkNames(owner) if names is None else names
                     token = names(chunk)
                 else:
-                    token = _content_token(chunk)
+                    token = content_token(chunk)
                 key = task_keys[j] = data_key(_tag(owner), token, worker, tk)
                 out.scatter_owner[key] = owner
                 out.scatter_region[key] = (data_address(chunk), tuple(chunk.shape))
@@ -186,7 +186,7 @@ def _is_array(x) -> bool:
     return isinstance(x, np.ndarray) or is_device(x)
 
 
-def _content_token(x) -> str:
+def content_token(x) -> str:
     """A name for an array's content, shape and dtype (dask's token of a memory map
     covers its bytes only).  A cupy array is named on its device
     (:func:`tra_dask.kernels.content_digest`): dask would pickle it, a copy to the
@@ -212,7 +212,7 @@ class _ChunkNames:
         if not (owner.flags.c_contiguous or owner.flags.f_contiguous):
             return
         ident = id(owner)
-        content = _content_token(owner)
+        content = content_token(owner)
         seen = _CHUNK_TOKENS.get(ident)
         if seen is None or seen[0] != content:
             if seen is None:
@@ -225,17 +225,17 @@ class _ChunkNames:
 
     def __call__(self, chunk) -> str:
         if self.memo is None:
-            return _content_token(chunk)
+            return content_token(chunk)
         place = (data_address(chunk), chunk.shape, chunk.strides, chunk.dtype.str)
         token = self.memo.get(place)
         if token is None:
-            token = self.memo[place] = _content_token(chunk)
+            token = self.memo[place] = content_token(chunk)
             self.found = True
         return token
 
     def close(self) -> None:
         """Forget the names this lowering found if the array changed while it hashed."""
-        if self.found and _content_token(self.owner) != self.content:
+        if self.found and content_token(self.owner) != self.content:
             _CHUNK_TOKENS.pop(id(self.owner), None)
 
 

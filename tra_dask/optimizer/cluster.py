@@ -139,6 +139,9 @@ class ClusterSpec:
     submission.  ``client_bandwidth``: bytes/s at which results come from the
     workers into the client (fetched, received, deserialised), ``assemble_bandwidth``:
     bytes/s at which the client copies gathered chunks into one new array.
+    ``hash_bandwidth``: bytes/s at which the client names the plan's in-process
+    (numpy) inputs on every submission — it hashes them, so that chunks the workers
+    hold already are not sent again and changed ones are.
     ``gathers``: what the call does with the plan's results — None (they stay on the
     workers: ``td.submit``), ``"chunks"`` (gathered: ``td.compute`` of a relation) or
     ``"array"`` (gathered and assembled into one array: ``td.compute`` of a
@@ -181,6 +184,7 @@ class ClusterSpec:
     client_bandwidth: float = 1e9
     assemble_bandwidth: float = 2e9
     gathers: str | None = None
+    hash_bandwidth: float = 8e9
 
     def __post_init__(self):
         where = "ClusterSpec"
@@ -193,7 +197,7 @@ class ClusterSpec:
             raise ValueError(f"{where}: cores must be an int >= 1 (each host's cores) or None (a core per "
                              f"thread), got {self.cores!r}")
         for name in ("memory_per_site", "bandwidth", "task_overhead", "submit_overhead", "fresh_bandwidth",
-                     "blas_float32", "client_bandwidth", "assemble_bandwidth"):
+                     "blas_float32", "client_bandwidth", "assemble_bandwidth", "hash_bandwidth"):
             object.__setattr__(self, name, _positive(where, name, getattr(self, name)))
         if isinstance(self.blas_half_size, bool) or not isinstance(self.blas_half_size, (int, float)) or not (
                 0 <= self.blas_half_size < float("inf")):
@@ -255,7 +259,7 @@ class ClusterSpec:
                       tuple(sorted(self.rates.items())), self.task_overhead, self.submit_overhead,
                       self.blas_half_size, self.blas_float32, self.fresh_bandwidth, self.threads, self.cores,
                       self.gpu, tuple(sorted((self.rates_alone or {}).items())), self.client_bandwidth,
-                      self.assemble_bandwidth, self.gathers))
+                      self.assemble_bandwidth, self.gathers, self.hash_bandwidth))
             object.__setattr__(self, "_hash", h)
         return h
 
@@ -365,7 +369,8 @@ class ClusterSpec:
                 f"new arrays written at {self.fresh_bandwidth / 1e9:.2g} GB/s, "
                 f"{self.task_overhead * 1e3:.2f} ms/task + {self.submit_overhead * 1e3:.0f} ms/submission, "
                 f"results to the client at {self.client_bandwidth / 1e9:.2g} GB/s (assembled at "
-                f"{self.assemble_bandwidth / 1e9:.2g} GB/s)"
+                f"{self.assemble_bandwidth / 1e9:.2g} GB/s), in-process inputs named at "
+                f"{self.hash_bandwidth / 1e9:.2g} GB/s"
                 f"{'' if self.gathers is None else f', gathering the results as {self.gathers}'}"
                 f"{'' if self.cores is None else f', {self.cores} cores per host'}"
                 f"{'' if not self.rates_alone else ', alone ' + alone}"

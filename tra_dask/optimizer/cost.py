@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..node import toposort
-from ..physical import Broadcast, KeyArrayMap, LocalFilter, LocalMap, PNode, Shuffle, demand
+from ..physical import Broadcast, KeyArrayMap, LocalFilter, LocalMap, PNode, PSource, Shuffle, demand
 from ..physical.demand import child_demand, mask_digest
 from ..types import first_of_each
 from ..physical.work import first_moves, node_work
@@ -82,6 +82,7 @@ class Cost:
     node_seconds: dict | None = field(default=None, repr=False)  # PNode -> seconds of its busiest site
     fused: int = 0                   # of the nodes' tasks, those that run inside their reader (physical.work)
     results: tuple = ()              # (bytes, chunks) of each result of a whole plan (a subplan's: none)
+    named: int = 0                   # bytes of in-process inputs a whole plan's submission hashes (a subplan's: 0)
     # the costs of the root's children's subplans, when this is a subplan's cost made of
     # them and its root's own, sharing no node (DeliveredCosts): the time model's
     # critical path is then theirs and the root's (optimizer.time.makespan)
@@ -250,11 +251,23 @@ def _plan_cost(outputs, model: str, whole: bool, masks: dict | None) -> tuple:
     if model == "exact":
         per, spans = _one_transfer_per_array_and_site(nodes, need, per, digests)
     s = nodes[0].nsites if nodes else 1
-    results = () if whole or masks is not None else tuple(_result(o) for o in dict.fromkeys(outputs))
-    return _summed(model, s, per, results), spans
+    part = whole or masks is not None
+    results = () if part else tuple(_result(o) for o in dict.fromkeys(outputs))
+    return _summed(model, s, per, results, named=0 if part else named_bytes(nodes)), spans
 
 
-def _summed(model: str, sites: int, per: dict, results: tuple = (), parts: tuple = ()) -> Cost:
+def named_bytes(nodes) -> int:
+    """Bytes of the in-process numpy arrays the plan's sources cut chunks from: each
+    submission hashes each once (the lowering names in-process chunks by content)."""
+    arrays = {}
+    for n in nodes:
+        a = getattr(getattr(n, "source", None), "array", None)
+        if isinstance(n, PSource) and isinstance(a, np.ndarray):
+            arrays[id(a)] = a.nbytes
+    return sum(arrays.values())
+
+
+def _summed(model: str, sites: int, per: dict, results: tuple = (), parts: tuple = (), named: int = 0) -> Cost:
     """The Cost of a plan whose nodes cost ``per`` (plan order)."""
     return Cost(
         model, sites,
@@ -262,7 +275,7 @@ def _summed(model: str, sites: int, per: dict, results: tuple = (), parts: tuple
         sum(c.bytes_moved for c in per.values()),
         np.max([c.peak_bytes_per_site for c in per.values()], axis=0) if per else np.zeros(sites, np.int64),
         np.sum([c.flops_per_site for c in per.values()], axis=0) if per else np.zeros(sites),
-        per, results=results, parts=parts)
+        per, results=results, parts=parts, named=named)
 
 
 class DeliveredCosts:

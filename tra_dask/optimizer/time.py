@@ -12,12 +12,16 @@ tasks.  Per node and site:
 A node takes as long as its busiest site (its sites work side by side; one that
 finishes early idles, which is how imbalance costs time).  The plan's makespan is
 
-    submit_overhead + tasks × task_overhead
+    submit_overhead + named + tasks × task_overhead
         + max(the longest path through the plan DAG of those node times,
               the busiest site's seconds summed over every node)
         + gather
 
-where ``gather`` is the results' way to the client when the call brings them there
+where ``named`` is the client's hashing of the plan's in-process (numpy) inputs,
+their bytes at ``hash_bandwidth``: every submission names in-process chunks by their
+content, so that those the workers hold already are not sent again (2 x 80 MB
+took 17 ms on the development VM, a third of a row dot's time), and
+``gather`` is the results' way to the client when the call brings them there
 (``spec.gathers``, :func:`gather_seconds`: ``td.compute`` does, ``td.submit`` does
 not): every result's bytes at ``client_bandwidth`` (the client receives the workers'
 chunks one after another on its one connection loop, so the sites do not add up),
@@ -75,7 +79,10 @@ pace of memory: the elements its call touches — operands read, result written 
 at the elementwise rate, which counts an in-place add's three touches per element
 (:func:`memory_bound_rate`; filed as BLAS by its name, a row dot was predicted 87%
 fast), and a GEMM never faster than that (a product with a small contracted
-dimension writes more than it computes).  Rates
+dimension writes more than it computes).  An elementwise kernel that computes more
+than memory's pace allows (``exp``, ``tanh``, ``sin``, ``x ** 2.5`` ...) counts its
+elements at their cost in adds (:data:`ELEMENT_COST`, measured; :func:`element_cost`;
+on the host only: a GPU's are memory bound).  Rates
 are calibrated in float64; a float32 matmul runs at the spec's measured ``blas_float32``
 multiple of the float64 rate (it was taken as 2: the float32 rows of the benchmarks
 were over-predicted by 18-48% where their kernels ran 2.3x the float64 rate), other
@@ -119,7 +126,7 @@ from ..types import ArrayType
 from .cluster import ClusterSpec
 from .cost import Cost, chunk_bytes
 
-__all__ = ["kernel_seconds", "kernel_class", "contraction_class", "memory_bound_rate", "kernel_rate", "call_rate", "write_bandwidth",
+__all__ = ["kernel_seconds", "kernel_class", "element_cost", "op_cost", "ELEMENT_COST", "contraction_class", "memory_bound_rate", "kernel_rate", "call_rate", "write_bandwidth",
            "plan_seconds", "makespan", "gather_seconds", "with_seconds", "node_seconds_per_site", "task_seconds", "fusion_for",
            "CHEAP_TASKS", "LATE_GRANULES"]
 
@@ -184,6 +191,50 @@ def kernel_class(kernel) -> str:
         elif any(part.startswith(("matmul", "tensordot", "dot")) for part in k.name.split("∘")):
             return "blas"
     return "elementwise"
+
+
+# What an elementwise operation costs per element, in in-place adds (the unit of the
+# elementwise rate), where it is more than memory's pace: transcendental and other
+# compute-bound functions.  numpy 2.4 on 4M float64 elements on the development VM
+# (x86_64; an add 3.5 ms); unlisted operations (arithmetic, comparisons, casts,
+# rounding, square, sign: 0.4-1.2 adds) cost one.  Without it ``sum(exp(a) * b + c)``
+# was predicted at 37% of its time (an exp costs 5 adds, a tanh 14).
+ELEMENT_COST = {
+    "exp": 5.3, "log": 4.5, "log2": 4.7, "log10": 8.9, "exp2": 11.3, "expm1": 9.7, "log1p": 15.0,
+    "sqrt": 1.4, "cbrt": 30.4, "sin": 12.7, "cos": 15.4, "tan": 12.2, "arcsin": 13.7, "arccos": 15.3,
+    "arctan": 9.9, "sinh": 24.9, "cosh": 18.7, "tanh": 14.3, "arcsinh": 26.2, "arccosh": 8.0, "arctanh": 26.9,
+    "deg2rad": 2.4, "rad2deg": 1.7, "pow": 14.8, "arctan2": 20.7, "hypot": 23.2, "logaddexp": 22.9,
+    "logaddexp2": 22.7, "fmod": 16.3, "remainder": 12.1, "floor_divide": 24.3, "nextafter": 9.0,
+}
+_CHEAP_POWERS = (0, 1, 2, -1, 0.5)  # x ** c that numpy computes without pow
+
+
+def op_cost(op: str, scalar=None) -> float:
+    """What elementwise ``op`` costs per element in in-place adds (:data:`ELEMENT_COST`);
+    ``scalar``: the exponent of ``x ** scalar`` (a square or a square root is cheap)."""
+    if op == "pow" and scalar is not None and scalar in _CHEAP_POWERS:
+        return 1.0
+    return ELEMENT_COST.get(op, 1.0)
+
+
+def _stage_cost(k) -> float:
+    if k.name == "ufunc" and k.params:
+        return op_cost(str(k.params[0]))
+    if k.name.startswith("scalar_") and len(k.params) == 3:
+        op, c, reflected = k.params
+        return op_cost(op, None if reflected else c)
+    if k.name.startswith("broadcast_"):
+        return op_cost(k.name[len("broadcast_"):])
+    return op_cost(k.name)
+
+
+def element_cost(kernel) -> float:
+    """A kernel's cost per element counted, in in-place adds (:func:`op_cost`): its
+    stages' mean (a composition's flops add its stages' elements)."""
+    if not isinstance(kernel, Kernel):
+        return 1.0
+    stages = kernel.stages
+    return sum(_stage_cost(k) for k in stages) / len(stages)
 
 
 def _call_shapes(node) -> list | None:
@@ -272,8 +323,9 @@ def call_rate(kernel, shapes, dtype, spec: ClusterSpec) -> float:
         gpu = spec.gpu
         return _rate(kernel, cls, shapes, dtype, gpu.blas_rate(_real_dtype(dtype)) / gpu.sharing,
                      gpu.elementwise / gpu.sharing, 1.0, gpu.blas_half_size)
-    return _rate(kernel, cls, shapes, dtype, spec.rates["blas"], spec.rates["elementwise"],
+    rate = _rate(kernel, cls, shapes, dtype, spec.rates["blas"], spec.rates["elementwise"],
                  spec.blas_float32 if dtype in (np.float32, np.complex64) else 1.0, spec.blas_half_size)
+    return rate / element_cost(kernel) if cls != "blas" else rate
 
 
 def _rate(kernel, cls: str, shapes, dtype, blas: float, elementwise: float, blas_multiple: float,
@@ -397,7 +449,8 @@ def _path(cost: Cost, spec: ClusterSpec) -> tuple:
 
 def _makespan(cost: Cost, spec: ClusterSpec, longest: float, on_site: np.ndarray) -> float:
     path = max(longest, busiest(on_site, spec))
-    return spec.submit_overhead + cost.tasks * spec.task_overhead + path + gather_seconds(cost.results, spec)
+    return (spec.submit_overhead + cost.named / spec.hash_bandwidth + cost.tasks * spec.task_overhead + path
+            + gather_seconds(cost.results, spec))
 
 
 def gather_seconds(results, spec: ClusterSpec) -> float:
