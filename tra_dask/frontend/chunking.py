@@ -239,7 +239,6 @@ FINALIST_MARGIN = 1.1  # ... if within 10% of the best quick prediction
 PLANNED = 3  # chunkings ranked by the analytic estimate: the best this many are planned ...
 PLANNED_MARGIN = 1.25  # ... (after the first) if estimated within 25% of the best
 EXHAUSTIVE = 512  # every combination of candidates is estimated up to this many
-NEAR_TIE = 0.03  # a quick plan this much faster than the full one is not planned in full (a near-tie)
 UNFIT = 8  # planned chunkings that fit no memory, beyond PLANNED, before the chooser gives up
 
 
@@ -282,13 +281,10 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
     in memory.  ``estimate(blocks) -> seconds``, when given, is an analytic estimate
     (:class:`~tra_dask.frontend.estimate.Estimator`): every candidate chunking is
     ranked by it (all combinations, or coordinate descent where there are more than
-    :data:`EXHAUSTIVE`) and only the best :data:`PLANNED` are planned, going down the
-    ranking while none fits in memory (past chunkings whose block products are as large
-    as one that did not fit): the first that fits by ``final``, the full search, when
-    given (the estimate's best is usually the one kept: it is planned once, not twice),
-    the others by ``evaluate``; one of those faster than the full plan by more than
-    :data:`NEAR_TIE` is planned in full too.  The least predicted seconds of those
-    planned in full wins.
+    :data:`EXHAUSTIVE`) and only the best :data:`PLANNED` are planned by ``evaluate``
+    (and the best of those again by ``final``, the full search, when given), going down the ranking
+    while none fits in memory (past chunkings whose block products are as large as one
+    that did not fit); the least predicted seconds of those planned wins.
     Without it every chunking tried is planned by ``evaluate`` (coordinate descent)
     and ``final`` plans the :data:`FINALISTS` best again with the full search.
     With no free class there is nothing to choose; with one site free classes get one
@@ -337,10 +333,10 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
             for s0 in _uniform(cl, cands, free, start, {2 ** e for e in range((4 * sites).bit_length())} | {sites}):
                 _descend(cands, free, start, [s0], guess)
         ranked = sorted((v, k) for k, v in estimated.items())
+        plan_it = evaluate
         footprint = getattr(estimate, "footprint", None)
         planned = attempts = 0
         unfit = math.inf  # the smallest footprint of a chunking that did not fit
-        full: set = set()  # the chunkings planned by ``final``
         for v, k in ranked:  # (an infinite estimate: a block product that fits no site's memory)
             if v == math.inf or planned >= PLANNED or (planned and v > ranked[0][0] * PLANNED_MARGIN):
                 break
@@ -352,12 +348,8 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
             if k in tried and tried[k][1] < math.inf:
                 planned += 1
                 continue
-            try:  # the first that fits with the full search (it is usually the one kept), the rest quick
-                if final is not None and not full:
-                    tried[k] = final(list(k))
-                    full.add(k)
-                else:
-                    tried[k] = evaluate(list(k))
+            try:
+                tried[k] = plan_it(list(k))
                 planned += 1
             except NoPlanFits as e:
                 tried[k] = (None, math.inf)
@@ -369,17 +361,11 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
         if not tried or all(v[1] == math.inf for v in tried.values()):
             raise NoPlanFits(tried_msg(cl, tried or {k: None for _, k in ranked}, refusals))
         best = list(min(tried, key=lambda k: tried[k][1]))
-        if full:  # the full plan stands unless a quick one is faster by more than a near-tie
-            fastest = min(tried[k][1] for k in full)
-            if tried[tuple(best)][1] >= fastest * (1 - NEAR_TIE):
-                best = list(min(full, key=lambda k: tried[k][1]))
-        while final is not None and tuple(best) not in full:  # a quick plan beat the full ones: it in full too
-            full.add(tuple(best))
+        if final is not None:  # the winner planned again with the full search
             try:
                 tried[tuple(best)] = final(best)
             except NoPlanFits:
                 pass
-            best = list(min(tried, key=lambda k: tried[k][1]))
     elif search:
         best = _descend(cands, free, start, starts, cost)
     else:

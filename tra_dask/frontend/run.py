@@ -12,7 +12,6 @@ fixed placement).  This module imports neither the runtime nor calibration.
 from __future__ import annotations
 
 import importlib
-import math
 import threading
 import time
 from collections import OrderedDict
@@ -31,7 +30,7 @@ from ..optimizer.target import Target
 from .array import Array
 from .build import Builder, computed_here as _computed_here
 from .chains import merge_chains
-from .chunking import NEAR_TIE, PLANNED_MARGIN, AxisClasses, _topo, choose
+from .chunking import PLANNED_MARGIN, AxisClasses, _topo, choose
 from .einsum import contraction_paths
 from .estimate import Estimator
 from .nodes import Einsum, Leaf
@@ -214,28 +213,18 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
             trial[node] = path
             guesses.append((Estimator(cl, sites, spec, trial)(choice.blocks), i, path))
         guesses.sort()
-        near = [path for g, _, path in guesses[:ORDERS] if g <= guesses[0][0] * PLANNED_MARGIN]
-        scored = {}  # path -> predicted seconds: the current order's full plan (made), the others' quick ones
-        for path in [paths[node]] + [p for p in near if p != paths[node]]:
+        scored = []
+        for g, _, path in guesses[:ORDERS]:
+            if g > guesses[0][0] * PLANNED_MARGIN:
+                break  # estimated slower than the best order by more than the margin: not planned
             trial = dict(paths)
             trial[node] = path
             try:
-                scored[path] = evaluate(choice.blocks, trial, quick=path != paths[node])[1]
+                scored.append((evaluate(choice.blocks, trial)[1], len(scored), path))
             except ValueError:
                 continue
-        best = min(scored, key=scored.get, default=None)
-        current = scored.get(paths[node], math.inf)
-        if best is not None and best != paths[node] and scored[best] < current * (1 - NEAR_TIE):
-            # a quick plan faster than the full one by more than a near-tie: planned in full too
-            trial = dict(paths)
-            trial[node] = best
-            try:
-                seconds = evaluate(choice.blocks, trial, quick=False)[1]
-            except ValueError:
-                seconds = math.inf
-            if seconds < current:
-                paths[node] = best
         if scored:
+            paths[node] = min(scored)[2]
             notes.append(f"contraction order {[list(s) for s in paths[node]]}, the fastest of {len(scored)} planned "
                          f"(of {len(cands)} from opt_einsum, by the estimate) for {','.join(node.subs)}->{node.out}")
     # the final plan: the full search
