@@ -97,3 +97,15 @@ def test_no_chunking_fits_says_the_bytes_needed_and_gives_up_soon(plans):
                                           r"60,000,000 bytes"):
         (arr(2000, 2000) @ arr(2000, 2000)).to_relation(sites=2, memory_limit=60e6)
     assert len(plans) <= PLANNED + UNFIT
+
+
+def test_orders_estimated_far_slower_are_not_planned(plans):
+    """A lopsided chain's two orders: (A B) C is estimated 2.4x slower than A (B C) on
+    2 sites, so only A (B C) is planned under the chosen chunking (planning an order
+    costs a search; one estimated within the margin would be planned too)."""
+    x = td.einsum("ij,jk,kl->il", arr(2000, 400), arr(400, 2000), arr(2000, 400))
+    rel, plan = run.build_local(x, sites=2)
+    note = plan.stage("chunking").note
+    assert "contraction order [[1, 2], [0, 1]], the fastest of 1 planned (of 2 from opt_einsum" in note, note
+    planned_chunkings = int(note.split("least predicted time of ")[1].split(" ")[0])
+    assert len(plans) == planned_chunkings + 1  # each chunking quick, the winner in full, no second order

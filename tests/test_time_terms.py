@@ -123,6 +123,12 @@ def test_transcendental_elements_cost_their_adds():
     shapes = [(1000, 1000)]
     assert call_rate(exp, shapes, np.float64, spec) == pytest.approx(1e9 / ELEMENT_COST["exp"])
     assert call_rate(add, shapes * 2, np.float64, spec) == pytest.approx(1e9)
+    # a cluster whose exp costs 2 adds (td.calibrate measures it) scales the table, never under one add
+    cheap = td.ClusterSpec(1, rates={"blas": 4e10, "elementwise": 1e9}, exp_cost=2.0)
+    scale = 2.0 / ELEMENT_COST["exp"]
+    assert call_rate(exp, shapes, np.float64, cheap) == pytest.approx(1e9 / 2.0)
+    assert call_rate(ufunc_kernel("sin"), shapes, np.float64, cheap) == pytest.approx(1e9 / (ELEMENT_COST["sin"] * scale))
+    assert element_cost(get_kernel("sqrt"), 2.0) == 1.0  # (1.4 x scale < 1)
     gpu = td.ClusterSpec(1, gpu=td.GpuSpec(memory=80e9, blas={"float64": 4e13}, elementwise=3e11, to_host=2e10,
                                           from_host=2.5e10))
     assert call_rate(exp, shapes, np.float64, gpu) == call_rate(add, shapes * 2, np.float64, gpu)

@@ -143,12 +143,13 @@ class Estimator:
         one on a GPU)."""
         if self.spec.gpu is not None:
             return 1.0
+        exp = self.spec.exp_cost
         if isinstance(n, Unary):
-            return op_cost(n.kernel)
+            return op_cost(n.kernel, exp_cost=exp)
         if isinstance(n, Elementwise):
-            return op_cost(n.op)
+            return op_cost(n.op, exp_cost=exp)
         if isinstance(n, ScalarOp):
-            return op_cost(n.op, None if n.reflected else n.value)
+            return op_cost(n.op, None if n.reflected else n.value, exp)
         return 1.0
 
     def _recut(self, n, blocks) -> tuple[float, int]:

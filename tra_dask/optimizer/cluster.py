@@ -185,6 +185,7 @@ class ClusterSpec:
     assemble_bandwidth: float = 2e9
     gathers: str | None = None
     hash_bandwidth: float = 8e9
+    exp_cost: float = 5.3
 
     def __post_init__(self):
         where = "ClusterSpec"
@@ -197,7 +198,7 @@ class ClusterSpec:
             raise ValueError(f"{where}: cores must be an int >= 1 (each host's cores) or None (a core per "
                              f"thread), got {self.cores!r}")
         for name in ("memory_per_site", "bandwidth", "task_overhead", "submit_overhead", "fresh_bandwidth",
-                     "blas_float32", "client_bandwidth", "assemble_bandwidth", "hash_bandwidth"):
+                     "blas_float32", "client_bandwidth", "assemble_bandwidth", "hash_bandwidth", "exp_cost"):
             object.__setattr__(self, name, _positive(where, name, getattr(self, name)))
         if isinstance(self.blas_half_size, bool) or not isinstance(self.blas_half_size, (int, float)) or not (
                 0 <= self.blas_half_size < float("inf")):
@@ -259,7 +260,7 @@ class ClusterSpec:
                       tuple(sorted(self.rates.items())), self.task_overhead, self.submit_overhead,
                       self.blas_half_size, self.blas_float32, self.fresh_bandwidth, self.threads, self.cores,
                       self.gpu, tuple(sorted((self.rates_alone or {}).items())), self.client_bandwidth,
-                      self.assemble_bandwidth, self.gathers, self.hash_bandwidth))
+                      self.assemble_bandwidth, self.gathers, self.hash_bandwidth, self.exp_cost))
             object.__setattr__(self, "_hash", h)
         return h
 
@@ -370,7 +371,7 @@ class ClusterSpec:
                 f"{self.task_overhead * 1e3:.2f} ms/task + {self.submit_overhead * 1e3:.0f} ms/submission, "
                 f"results to the client at {self.client_bandwidth / 1e9:.2g} GB/s (assembled at "
                 f"{self.assemble_bandwidth / 1e9:.2g} GB/s), in-process inputs named at "
-                f"{self.hash_bandwidth / 1e9:.2g} GB/s"
+                f"{self.hash_bandwidth / 1e9:.2g} GB/s, exp {self.exp_cost:.2g} adds"
                 f"{'' if self.gathers is None else f', gathering the results as {self.gathers}'}"
                 f"{'' if self.cores is None else f', {self.cores} cores per host'}"
                 f"{'' if not self.rates_alone else ', alone ' + alone}"

@@ -197,7 +197,8 @@ def kernel_class(kernel) -> str:
 # elementwise rate), where it is more than memory's pace: transcendental and other
 # compute-bound functions.  numpy 2.4 on 4M float64 elements on the development VM
 # (x86_64; an add 3.5 ms); unlisted operations (arithmetic, comparisons, casts,
-# rounding, square, sign: 0.4-1.2 adds) cost one.  Without it ``sum(exp(a) * b + c)``
+# rounding, square, sign: 0.4-1.2 adds) cost one.  A cluster's own ``exp`` cost
+# (``ClusterSpec.exp_cost``, calibrated) scales the table (another libm, other SIMD).  Without it ``sum(exp(a) * b + c)``
 # was predicted at 37% of its time (an exp costs 5 adds, a tanh 14).
 ELEMENT_COST = {
     "exp": 5.3, "log": 4.5, "log2": 4.7, "log10": 8.9, "exp2": 11.3, "expm1": 9.7, "log1p": 15.0,
@@ -209,32 +210,34 @@ ELEMENT_COST = {
 _CHEAP_POWERS = (0, 1, 2, -1, 0.5)  # x ** c that numpy computes without pow
 
 
-def op_cost(op: str, scalar=None) -> float:
-    """What elementwise ``op`` costs per element in in-place adds (:data:`ELEMENT_COST`);
-    ``scalar``: the exponent of ``x ** scalar`` (a square or a square root is cheap)."""
-    if op == "pow" and scalar is not None and scalar in _CHEAP_POWERS:
+def op_cost(op: str, scalar=None, exp_cost: float = ELEMENT_COST["exp"]) -> float:
+    """What elementwise ``op`` costs per element in in-place adds (:data:`ELEMENT_COST`,
+    scaled by ``exp_cost``, what an ``exp`` costs on the cluster: ``td.calibrate``
+    measures it; never under one add); ``scalar``: the exponent of ``x ** scalar`` (a
+    square or a square root is cheap)."""
+    if op not in ELEMENT_COST or (op == "pow" and scalar is not None and scalar in _CHEAP_POWERS):
         return 1.0
-    return ELEMENT_COST.get(op, 1.0)
+    return max(1.0, ELEMENT_COST[op] * (exp_cost / ELEMENT_COST["exp"]))
 
 
-def _stage_cost(k) -> float:
+def _stage_cost(k, exp_cost: float) -> float:
     if k.name == "ufunc" and k.params:
-        return op_cost(str(k.params[0]))
+        return op_cost(str(k.params[0]), exp_cost=exp_cost)
     if k.name.startswith("scalar_") and len(k.params) == 3:
         op, c, reflected = k.params
-        return op_cost(op, None if reflected else c)
+        return op_cost(op, None if reflected else c, exp_cost)
     if k.name.startswith("broadcast_"):
-        return op_cost(k.name[len("broadcast_"):])
-    return op_cost(k.name)
+        return op_cost(k.name[len("broadcast_"):], exp_cost=exp_cost)
+    return op_cost(k.name, exp_cost=exp_cost)
 
 
-def element_cost(kernel) -> float:
+def element_cost(kernel, exp_cost: float = ELEMENT_COST["exp"]) -> float:
     """A kernel's cost per element counted, in in-place adds (:func:`op_cost`): its
     stages' mean (a composition's flops add its stages' elements)."""
     if not isinstance(kernel, Kernel):
         return 1.0
     stages = kernel.stages
-    return sum(_stage_cost(k) for k in stages) / len(stages)
+    return sum(_stage_cost(k, exp_cost) for k in stages) / len(stages)
 
 
 def _call_shapes(node) -> list | None:
@@ -325,7 +328,7 @@ def call_rate(kernel, shapes, dtype, spec: ClusterSpec) -> float:
                      gpu.elementwise / gpu.sharing, 1.0, gpu.blas_half_size)
     rate = _rate(kernel, cls, shapes, dtype, spec.rates["blas"], spec.rates["elementwise"],
                  spec.blas_float32 if dtype in (np.float32, np.complex64) else 1.0, spec.blas_half_size)
-    return rate / element_cost(kernel) if cls != "blas" else rate
+    return rate / element_cost(kernel, spec.exp_cost) if cls != "blas" else rate
 
 
 def _rate(kernel, cls: str, shapes, dtype, blas: float, elementwise: float, blas_multiple: float,

@@ -115,6 +115,8 @@ def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.3,
     ratio: its fastest turns).  The elementwise rate is an add into an array the
     worker has (``out=``): making a kernel's result, a new array, is the new-memory
     term's (``"fresh"``), so that the time model counts a result's write once.
+    ``"exp"``: elements/s of ``exp`` into an array the worker has (compute bound: what
+    a transcendental element costs in adds, the spec's ``exp_cost``).
     ``alone``: the large matmul and the add only, on half the windows (the rates of
     a worker whose host's other workers idle)."""
     import numpy as _np
@@ -145,6 +147,7 @@ def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.3,
         return len(kept)
 
     out["fresh"] = probe(one_round, 64.0 * m, seconds / 2)
+    out["exp"] = probe(lambda: _np.exp(x, out=z), float(elems), seconds / 4)  # a compute-bound elementwise kernel
     for n in sizes:
         a, b = rng.random((n, n)), rng.random((n, n))
         out[f"blas{n}"] = probe(lambda a=a, b=b: a @ b, 2.0 * n ** 3, seconds if n == sizes[-1] else seconds / 2)
@@ -472,7 +475,7 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20, refresh: bool = False
     # kept arrays: at most 1/8 of a worker's memory
     per_worker = run_on_workers(client, _kernel_rates, workers, fresh_bytes=int(min(2**27, memory / 8)))
     med = {k: statistics.median(r[k] for r in per_worker.values())
-           for k in ("elementwise", "blas64", "blas512", "fresh", "blas_float32")}
+           for k in ("elementwise", "blas64", "blas512", "fresh", "blas_float32", "exp")}
     spread = max(r["spread"] for r in per_worker.values())
     peak, half = _blas_fit(med["blas64"], med["blas512"])
     rates = {"blas": peak, "elementwise": med["elementwise"]}
@@ -507,7 +510,7 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20, refresh: bool = False
         task_overhead=float(task_overhead), submit_overhead=float(submit_overhead), blas_half_size=float(half),
         blas_float32=float(med["blas_float32"]),
         fresh_bandwidth=float(med["fresh"]), client_bandwidth=to_client, assemble_bandwidth=assembled,
-        hash_bandwidth=_hash_bandwidth(), threads=threads, cores=int(cores), gpu=gpu, source="",
+        hash_bandwidth=_hash_bandwidth(), exp_cost=max(1.0, med["elementwise"] / med["exp"]), threads=threads, cores=int(cores), gpu=gpu, source="",
     )
     # (host data: the host's model, whatever GPUs the workers have)
     blas = _in_situ_blas(client, workers, spec.on_host(), chunk=1024 if memory >= 2**30 else 512)
