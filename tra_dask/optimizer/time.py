@@ -233,11 +233,19 @@ def _stage_cost(k, exp_cost: float) -> float:
 
 def element_cost(kernel, exp_cost: float = ELEMENT_COST["exp"]) -> float:
     """A kernel's cost per element counted, in in-place adds (:func:`op_cost`): its
-    stages' mean (a composition's flops add its stages' elements)."""
+    stages' mean (a composition's flops add its stages' elements).  Remembered on the
+    kernel per ``exp_cost`` (the time model asks for it on every node it prices)."""
     if not isinstance(kernel, Kernel):
         return 1.0
-    stages = kernel.stages
-    return sum(_stage_cost(k, exp_cost) for k in stages) / len(stages)
+    memo = kernel.__dict__.get("_element_cost")
+    if memo is None:
+        memo = {}
+        object.__setattr__(kernel, "_element_cost", memo)
+    got = memo.get(exp_cost)
+    if got is None:
+        stages = kernel.stages
+        got = memo[exp_cost] = sum(_stage_cost(k, exp_cost) for k in stages) / len(stages)
+    return got
 
 
 def _call_shapes(node) -> list | None:
