@@ -66,6 +66,10 @@ class Estimator:
         self.fresh = spec.fresh_bandwidth if gpu is None else gpu.elementwise * 24 / gpu.sharing
         self.memory = spec.memory_budget
         self.launch = 0.0 if gpu is None else gpu.launch
+        # the numpy inputs each submission hashes (the time model's ``named`` term): the same for every chunking
+        named = {id(n.data): n.data.nbytes for n in classes.nodes
+                 if isinstance(n, Leaf) and n.kind == "numpy" and isinstance(n.data, np.ndarray)}
+        self.naming = sum(named.values()) / spec.hash_bandwidth
         self.footprints: dict = {}
         self._piece_counts: dict = {}  # (gather node, block in, block out) -> its pieces
 
@@ -105,10 +109,7 @@ class Estimator:
         self.footprints[tuple(blocks)] = self._footprint
         results = [(math.prod(r.shape) * np.dtype(r.dtype).itemsize,
                     math.prod(self._nblocks(r, a, blocks) for a in range(r.ndim))) for r in self.roots]
-        seconds += gather_seconds(results, self.spec)
-        named = {id(n.data): n.data.nbytes for n in cl.nodes
-                 if isinstance(n, Leaf) and n.kind == "numpy" and isinstance(n.data, np.ndarray)}
-        seconds += sum(named.values()) / self.spec.hash_bandwidth  # (the time model's: each submission names them)
+        seconds += gather_seconds(results, self.spec) + self.naming
         return self.spec.submit_overhead + tasks * (self.spec.task_overhead + self.launch) + seconds
 
     def footprint(self, blocks) -> float:

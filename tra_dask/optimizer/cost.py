@@ -259,11 +259,8 @@ def _plan_cost(outputs, model: str, whole: bool, masks: dict | None) -> tuple:
 def named_bytes(nodes) -> int:
     """Bytes of the in-process numpy arrays the plan's sources cut chunks from: each
     submission hashes each once (the lowering names in-process chunks by content)."""
-    arrays = {}
-    for n in nodes:
-        a = getattr(getattr(n, "source", None), "array", None)
-        if isinstance(n, PSource) and isinstance(a, np.ndarray):
-            arrays[id(a)] = a.nbytes
+    arrays = {id(a): a.nbytes for n in nodes
+              if isinstance(n, PSource) and isinstance(a := getattr(n.source, "array", None), np.ndarray)}
     return sum(arrays.values())
 
 

@@ -198,8 +198,8 @@ def kernel_class(kernel) -> str:
 # compute-bound functions.  numpy 2.4 on 4M float64 elements on the development VM
 # (x86_64; an add 3.5 ms); unlisted operations (arithmetic, comparisons, casts,
 # rounding, square, sign: 0.4-1.2 adds) cost one.  A cluster's own ``exp`` cost
-# (``ClusterSpec.exp_cost``, calibrated) scales the table (another libm, other SIMD).  Without it ``sum(exp(a) * b + c)``
-# was predicted at 37% of its time (an exp costs 5 adds, a tanh 14).
+# (``ClusterSpec.exp_cost``, calibrated) scales the table (another libm, other SIMD).
+# Without it ``sum(exp(a) * b + c)`` was predicted at 37% of its time.
 ELEMENT_COST = {
     "exp": 5.3, "log": 4.5, "log2": 4.7, "log10": 8.9, "exp2": 11.3, "expm1": 9.7, "log1p": 15.0,
     "sqrt": 1.4, "cbrt": 30.4, "sin": 12.7, "cos": 15.4, "tan": 12.2, "arcsin": 13.7, "arccos": 15.3,

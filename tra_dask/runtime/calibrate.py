@@ -510,7 +510,8 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20, refresh: bool = False
         task_overhead=float(task_overhead), submit_overhead=float(submit_overhead), blas_half_size=float(half),
         blas_float32=float(med["blas_float32"]),
         fresh_bandwidth=float(med["fresh"]), client_bandwidth=to_client, assemble_bandwidth=assembled,
-        hash_bandwidth=_hash_bandwidth(), exp_cost=max(1.0, med["elementwise"] / med["exp"]), threads=threads, cores=int(cores), gpu=gpu, source="",
+        hash_bandwidth=_hash_bandwidth(), exp_cost=max(1.0, med["elementwise"] / med["exp"]),
+        threads=threads, cores=int(cores), gpu=gpu, source="",
     )
     # (host data: the host's model, whatever GPUs the workers have)
     blas = _in_situ_blas(client, workers, spec.on_host(), chunk=1024 if memory >= 2**30 else 512)
@@ -605,16 +606,16 @@ def _bandwidth(client, pairs: list, nbytes: int, rounds: int = 3, make=None) -> 
 def _hash_bandwidth(nbytes: int = 2**25, rounds: int = 3) -> float:
     """Bytes/s at which this process names an in-process array by its content (the
     lowering's hash of a numpy input, each submission): the quiet reading of
-    ``rounds`` hashes of a ``nbytes`` array."""
+    ``rounds`` hashes of a ``nbytes`` array (:func:`quiet_reading`)."""
     from ..lowering import content_token
 
     x = np.random.default_rng(0).random(nbytes // 8)
-    walls = []
+    rates = []
     for _ in range(rounds):
         t0 = time.perf_counter()
         content_token(x)
-        walls.append(time.perf_counter() - t0)
-    return x.nbytes / max(min(walls), 1e-6)
+        rates.append(x.nbytes / max(time.perf_counter() - t0, 1e-6))
+    return quiet_reading(rates)[0]
 
 
 def _client_link(client, workers: list, nbytes: int, rounds: int = 3) -> tuple[float, float]:
