@@ -459,6 +459,36 @@ def test_chains_of_moves_of_one_array_cost_as_their_whole_subplans(keys, data):
         assert [c.floats_moved for c in got.nodes.values()] == [c.floats_moved for c in want.nodes.values()], n
 
 
+@pytest.mark.parametrize("sites", [2, 3])
+def test_moves_of_one_array_in_two_branches_are_counted_once_incrementally(sites, monkeypatch):
+    """X.T @ (X @ W): X moves in both branches, so adding the branches' subplan costs
+    would count a move of X to a site twice.  The search counts the movers' moves
+    again over the subplan in plan order (cost._counted_once) instead of costing it
+    whole; every candidate's cost equals plan_cost of its whole subplan, node by node."""
+    import sys
+
+    import tra_dask.optimizer.cost as C
+
+    rng = np.random.default_rng(1)
+    X = td.from_numpy(rng.random((6, 6)), (2, 3), name="X")
+    W = td.from_numpy(rng.random((6, 4)), (3, 2), name="W")
+    e = td.aggregate(td.join(X, matmul(X, W), (0,), (0,), "matmul_tn"), (1, 2), "add")
+    recounted = []
+    counted_once = C._counted_once
+
+    def spy(*a):
+        recounted.append(sys._getframe(1).f_code.co_name)
+        return counted_once(*a)
+
+    monkeypatch.setattr(C, "_counted_once", spy)
+    monkeypatch.setattr(S, "DeliveredCosts", _CheckedCosts)
+    before = _CheckedCosts.checked
+    where = {(0, 0): 1, (0, 1): 0, (1, 0): 0, (1, 1): 1, (2, 0): 1, (2, 1): 1}
+    td.optimize(e, sites=sites, placements={"X": {k: v % sites for k, v in where.items()}})
+    assert _CheckedCosts.checked > before
+    assert recounted.count("_added") >= 5, recounted  # (the path under test ran)
+
+
 @settings(max_examples=40, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
 @given(programs(), st.sampled_from(["exact", "paper"]))

@@ -284,7 +284,9 @@ class DeliveredCosts:
     subplans is exact when they share no node under different demands and no array
     moves to one site in two of them (their moves' code ranges are disjoint, or
     :func:`_moved_once` proves it: :func:`_one_transfer_per_array_and_site` would count
-    it once); otherwise, and for a node that reads one child twice, it is
+    it once); where one may, the moves are counted again over the subplan's movers in
+    plan order from their remembered moves (:func:`_counted_once`, as ``plan_cost``
+    counts them); otherwise, and for a node that reads one child twice, it is
     ``plan_cost`` of the subplan."""
 
     _DEPTH = 200  # deeper than this, a subplan is costed whole (no deep recursion)
@@ -295,6 +297,7 @@ class DeliveredCosts:
         self.model = model
         self.subs: dict = {}  # (node, digest of its demand) -> (Cost of its subplan, its moves' spans)
         self.delivered: dict = {}  # root -> Cost of its subplan delivering all its tuples
+        self.masks: dict = {}  # (Broadcast/Shuffle, digest) -> the demand on it
 
     def __call__(self, root: PNode) -> Cost:
         hit = self.delivered.get(root)
@@ -307,6 +310,8 @@ class DeliveredCosts:
         key = (node, digest)
         hit = self.subs.get(key)
         if hit is None:
+            if isinstance(node, (Broadcast, Shuffle)):
+                self.masks[key] = mask
             hit = self.subs[key] = (self._added(node, mask, digest, depth)
                                     or _plan_cost([node], self.model, True, {node: mask}))
         return hit
@@ -326,16 +331,35 @@ class DeliveredCosts:
         disjoint = len(per) == sum(len(c.nodes) for c, _ in below)
         if not disjoint and not all(per[n] is nc for c, _ in below for n, nc in c.nodes.items()):
             return None  # a node in two children's subplans under different demands
+        need = {node: mask, **dict(zip(kids, masks))}
+        per[node] = own = _node_cost_memo(node, self.model, need, {node: digest, **dict(zip(kids, kid_digests))})
         if self.model == "exact" and isinstance(node, (Broadcast, Shuffle)):
             _, lo, hi, _ = _needed_moves(node, mask, digest)
             if lo <= hi:
-                spans[node] = (lo, hi, digest)
+                spans[node] = (lo, hi, digest, own)
+        parts = tuple(c for c, _ in below) if disjoint else ()
         ranges = sorted(v[:2] for v in spans.values())
         if any(a[1] >= b[0] for a, b in zip(ranges, ranges[1:])) and not _moved_once(node, below, spans):
-            return None  # an array moves to one site in two of them (or that is not proved otherwise)
-        need = {node: mask, **dict(zip(kids, masks))}
-        per[node] = _node_cost_memo(node, self.model, need, {node: digest, **dict(zip(kids, kid_digests))})
-        return _summed(self.model, node.nsites, per, (), tuple(c for c, _ in below) if disjoint else ()), spans
+            # an array may move to one site in two of them: count each move once, for the
+            # first mover in plan order, from the movers' own costs (the plan's own node
+            # objects: a copy's id is its object's, and an equal node made apart numbers
+            # its copies otherwise)
+            movers = [n for n in toposort([node]) if n in spans]
+            arrays = []
+            for n in movers:
+                d = spans[n][2]
+                hit = n.__dict__.get("_moves_memo", {}).get(d)
+                if hit is None and (n, d) in self.masks:
+                    hit = _needed_moves(n, self.masks[n, d], d)
+                if hit is None or hit[3] is None:
+                    return None  # its moves not at hand, or too many to remember: the whole subplan's cost
+                arrays.append(hit[3])
+            recount = _counted_once(movers, arrays, [spans[n][3] for n in movers])
+            changed = {n: c for n, c in recount.items() if c.floats_moved != per[n].floats_moved}
+            if changed:  # (else each mover counts what its subplan counted: their path terms hold)
+                per.update(changed)
+                parts = ()
+        return _summed(self.model, node.nsites, per, (), parts), spans
 
 
 def _moved_once(node: PNode, below: list, spans: dict) -> bool:
@@ -355,7 +379,7 @@ def _moved_once(node: PNode, below: list, spans: dict) -> bool:
         for m in sp:
             owner[m] = i if owner.get(m, i) == i else -1  # -1: in two children's subplans
     codes, labels = [], []
-    for m, (lo, hi, digest) in spans.items():
+    for m, (lo, hi, digest, _) in spans.items():
         hit = m.__dict__.get("_moves_memo", {}).get(digest)
         if hit is None or hit[3] is None:
             return False
@@ -389,33 +413,37 @@ def _one_transfer_per_array_and_site(nodes, need, per, digests: dict):
     plans); when no two nodes' code ranges (``array * sites + destination``) meet
     (the usual case: moves of unrelated arrays) no move is in two nodes and each
     node's count is its own."""
-    import dataclasses
-
     movers = [n for n in nodes if isinstance(n, (Broadcast, Shuffle))]
     if not movers:
         return dict(per), {}
     parts = [_needed_moves(n, need[n], digests[n]) for n in movers]
-    counted = {n: (p[1], p[2], digests[n]) for n, p in zip(movers, parts) if p[1] <= p[2]}
+    counted = {n: (p[1], p[2], digests[n], per[n]) for n, p in zip(movers, parts) if p[1] <= p[2]}
     spans = sorted(v[:2] for v in counted.values())
     if all(a[1] < b[0] for a, b in zip(spans, spans[1:])):  # disjoint ranges: no code in two nodes
-        per_node = [p[0] for p in parts]
-    else:
-        arrays = [p[3] if p[3] is not None else _needed_move_arrays(n, need[n]) for n, p in zip(movers, parts)]
-        first = first_moves([m[:3] for m in arrays], max(n.nsites for n in movers))
-        per_node, lo = [], 0
-        for f, m in zip(first, arrays):
-            per_node.append(int(m[3][f == np.arange(lo, lo + len(f))].sum()))  # exact integer sums
-            lo += len(f)
+        return dict(per), counted
+    arrays = [p[3] if p[3] is not None else _needed_move_arrays(n, need[n]) for n, p in zip(movers, parts)]
     out = dict(per)
-    for n, f in zip(movers, per_node):
-        if f != per[n].floats_moved:
-            c = per[n]
-            scale = f / c.floats_moved if c.floats_moved else 0.0  # per site: in proportion (time model)
-            out[n] = dataclasses.replace(
-                c, floats_moved=f, bytes_moved=f * n.type.dtype.itemsize,
+    out.update(_counted_once(movers, arrays, [per[n] for n in movers]))
+    return out, counted
+
+
+def _counted_once(movers: list, arrays: list, own: list) -> dict:
+    """``{mover: its NodeCost counting only the moves it makes first}`` for the
+    Broadcast/Shuffle nodes ``movers`` of a plan, in plan order, given each one's
+    :func:`_needed_move_arrays` and its own NodeCost (every needed move counted)."""
+    first = first_moves([m[:3] for m in arrays], max(n.nsites for n in movers))
+    out, lo = {}, 0
+    for n, f, m, c in zip(movers, first, arrays, own):
+        fl = int(m[3][f == np.arange(lo, lo + len(f))].sum())  # exact integer sums
+        lo += len(f)
+        if fl != c.floats_moved:
+            scale = fl / c.floats_moved if c.floats_moved else 0.0  # per site: in proportion (time model)
+            c = dataclasses.replace(
+                c, floats_moved=fl, bytes_moved=fl * n.type.dtype.itemsize,
                 recv_per_site=None if c.recv_per_site is None else c.recv_per_site * scale,
                 send_per_site=None if c.send_per_site is None else c.send_per_site * scale)
-    return out, counted
+        out[n] = c
+    return out
 
 
 _KEEP_MOVES = 1 << 20  # needed moves of a node whose arrays are remembered (more: recomputed if ever needed)
