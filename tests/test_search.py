@@ -459,6 +459,34 @@ def test_chains_of_moves_of_one_array_cost_as_their_whole_subplans(keys, data):
         assert [c.floats_moved for c in got.nodes.values()] == [c.floats_moved for c in want.nodes.values()], n
 
 
+def test_a_search_whose_beam_never_bound_finds_what_a_wider_beam_finds():
+    """A search that kept every placement signature at every node
+    (SearchResult.beam_unbound) searched the whole space a wider beam would: the chunk
+    choice takes its quick plan as the full one (optimize.searched_alike).  On random
+    programs, the quick search (beam 2) and the default (beam 6) then rank the same
+    candidates and choose plans of equal cost; where the beam bound, it says so."""
+    from tra_dask.optimizer.optimize import searched_alike
+
+    seen = {"unbound": 0, "bound": 0}
+
+    @settings(max_examples=30, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
+    @given(programs())
+    def prop(prog):
+        outs, sites, placements = prog
+        quick = td.optimize(outs, sites=sites, placements=placements, options="quick")
+        wide = td.optimize(outs, sites=sites, placements=placements, options="auto")
+        if searched_alike(quick, "quick", "auto"):
+            seen["unbound"] += 1
+            assert quick.search.candidates == wide.search.candidates
+            assert (quick.cost.seconds, quick.cost.floats_moved) == (wide.cost.seconds, wide.cost.floats_moved)
+        elif wide.search.candidates > quick.search.candidates:
+            seen["bound"] += 1
+
+    prop()
+    assert seen["unbound"] >= 5 and seen["bound"] >= 1, seen
+
+
 @pytest.mark.parametrize("sites", [2, 3])
 def test_moves_of_one_array_in_two_branches_are_counted_once_incrementally(sites, monkeypatch):
     """X.T @ (X @ W): X moves in both branches, so adding the branches' subplan costs

@@ -24,7 +24,7 @@ from ..kernels import is_device, to_host
 from ..optimizer import compile as _compile, optimize
 from ..optimizer.cache import type_token
 from ..optimizer.cluster import ClusterSpec
-from ..optimizer.optimize import NoPlanFits
+from ..optimizer.optimize import NoPlanFits, searched_alike
 from ..optimizer.plan import Stage
 from ..optimizer.target import Target
 from .array import Array
@@ -176,6 +176,9 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
 
     def evaluate(blocks, paths=paths, quick=True):
         key = (tuple(blocks), tuple(paths.get(n) for n in multi), quick)
+        narrow = built.get(key[:2] + (True,))
+        if not quick and key not in built and narrow is not None and searched_alike(narrow[1], "quick", "auto"):
+            built[key] = narrow  # the quick search's beam never bound: the full search's space is the same
         if key not in built:
             def block(node, axis):
                 return min(blocks[cl.of[(node, axis)]], max(1, node.shape[axis]))

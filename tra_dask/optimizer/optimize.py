@@ -18,6 +18,7 @@ plan as it stands then (dask's ``optimize_until``).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from ..logical import Source, flatten_outputs
@@ -143,6 +144,17 @@ def optimize(expr, target=None, cost_model: str | None = None, memory_limit=None
 
     alternatives = Alternatives(chosen, [(res.best, res.best_cost), *res.alternatives], fuse)
     return fuse.plan(chosen, chosen_cost, compiled=compiled, search=res, alternatives=alternatives, stages=stages)
+
+
+def searched_alike(plan, made_with, wanted) -> bool:
+    """Whether ``plan``, planned with the search options ``made_with``, is a plan the
+    options ``wanted`` would find too: the two differ in the beam only, and the plan's
+    search kept every placement signature at every node (``SearchResult.beam_unbound``:
+    no beam bound, no budget cut it short, no sketch), so any beam searches the same
+    candidates at the same costs."""
+    a, b = search_options(made_with), search_options(wanted)
+    return (getattr(plan.search, "beam_unbound", False)
+            and dataclasses.replace(a, name=b.name, beam=b.beam) == b)
 
 
 def as_target(target=None, *, sites=None, cluster=None, memory_limit=None, placements=None,

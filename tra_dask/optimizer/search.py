@@ -84,6 +84,10 @@ class SearchResult:
     candidates: int = 0
     objective: object = None
     sketch: dict | None = None   # set when the search ran on a sketch (optimizer/sketch.py)
+    # every node's candidates held at most ``beam`` placement signatures, so all were kept,
+    # and no budget cut the search short: a search with a wider beam searches the same
+    # space (the same candidates, the same costs)
+    beam_unbound: bool = False
 
 
 def objective(cost: Cost, memory_limit: float | None) -> tuple:
@@ -193,6 +197,7 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
     obj = objective if objective is not None else FewestBytes(memory_limit)
     traffic = getattr(obj, "band", 0.0) > 0  # keep each node's least-traffic candidate too
     b = _Budget(int(budget))
+    bound = [False]  # whether the beam dropped a placement signature at some node
     delivered = DeliveredCosts(model)
     memo: dict = {}
     alts: dict = {}
@@ -237,6 +242,8 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
                 break
             frontier = new
         ranked = sorted(seen, key=score) if fused is None else fused.rank(list(seen), beam)
+        if not bound[0] and len({_signature(c) for c in ranked}) > beam:
+            bound[0] = True
         kept, sigs = [], set()
         for c in ranked:  # the cheapest per placement signature, cheapest signatures first
             s = _signature(c)
@@ -301,7 +308,8 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
                     costed.append((c, cost))
         costed.sort(key=lambda oc: obj(oc[1]))
     best, best_cost = costed[0]
-    return SearchResult(best, best_cost, costed, truncated, b.used, ncand, obj)
+    unbound = not (bound[0] or b.truncated) and all(len(ranked_all.get(o, ())) <= final for o in outputs)
+    return SearchResult(best, best_cost, costed, truncated, b.used, ncand, obj, beam_unbound=unbound)
 
 
 class _Fused:

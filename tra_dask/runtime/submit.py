@@ -20,6 +20,7 @@ from ..optimizer import NoPlanFits, Plan, compile
 from ..optimizer.cache import PlanCache, signature
 from ..optimizer.objective import DEFAULT_OBJECTIVE
 from ..optimizer import optimize as _optimize
+from ..optimizer.optimize import searched_alike
 from ..optimizer.target import Target
 from .cluster import WorkersLeft, _ensure_recorder, _gone_after, _resolve, _Vanished, run_on_workers, workers_info
 from .futures import ArrayFutures, RelationFutures, Submission
@@ -107,6 +108,12 @@ def _plan_for(expr, client, workers, *, optimize, memory_limit, cost_model, obje
            room is None and target.memory_limit)
     while True:  # (a miss another thread is planning: its plan, once it is in the cache)
         plan = cache.get(key, expr, sources, accept=lambda p, limit: _fits(p, limit, target.memory_limit))
+        if plan is None and options == "auto" and beam is None and budget is None:
+            # the quick search's plan of the same expression, where it is what this search finds
+            quick = cache.get(key[:5] + ("quick",) + key[6:], expr, sources,
+                              accept=lambda p, limit: _fits(p, limit, target.memory_limit))
+            if quick is not None and searched_alike(quick, "quick", "auto"):
+                plan = quick
         if plan is not None:
             return plan
         with cache.planning(key) as mine:
