@@ -4,7 +4,8 @@ Each case is planned in a fresh process (nothing cached: no earlier choice of th
 structure), over numpy arrays, for a simulated cluster of ``--sites`` sites of the
 default ``ClusterSpec`` (``td.frontend.run.build_local``: the chunk choice, the
 contraction order and the plan, as ``td.compute`` makes them; no workers, no
-calibration).  The time is the planning call's, the best of ``--repeat`` processes;
+calibration; ``dask`` is imported first, as a session with a cluster has it).  The
+time is the planning call's, the best of ``--repeat`` processes;
 the column "searches" counts the optimizer runs it made.  ``--base DIR`` runs the same
 cases on another checkout (a ``git worktree`` of an older commit) interleaved with this
 one, for a before/after table.
@@ -35,6 +36,7 @@ CASES = {
 
 CHILD = r"""
 import importlib, json, time
+import dask  # (imported before the clock starts: a session that plans for a cluster has it)
 import numpy as np
 import tra_dask as td
 run = importlib.import_module("tra_dask.frontend.run")
