@@ -62,15 +62,17 @@ def _src(shape, chunks, name, rng):
 @pytest.mark.slow
 @pytest.mark.parametrize("sites", [3, 8])  # (2 sites: the soundness properties plan on 2 sites most)
 def test_sketched_programs_compute_the_result(sites):
-    """Matmul, a chain, nearest neighbour and an FFNN step with ragged chunks, on a
+    """Matmul, a chain, nearest neighbour and (on 3 sites) an FFNN step with ragged chunks, on a
     sketch: the chosen plan and every alternative simulate to the reference."""
     rng = np.random.default_rng(sites)
     A, B, C = _src((23, 17), (3, 2), "A", rng), _src((17, 19), (2, 3), "B", rng), _src((19, 5), (3, 2), "C", rng)
     X = _src((22, 9), (2, 2), "X", rng)
     exprs = [matmul(A, B), matmul(matmul(A, B), C),
-             nearest_neighbor(_src((9,), (2,), "q", rng), X, _src((9, 9), (2, 2), "M", rng)),
-             ffnn_sgd_step(_src((14, 10), (2, 2), "X", rng), _src((14, 4), (2, 2), "Y", rng),
-                           _src((10, 12), (2, 3), "W1", rng), _src((12, 4), (3, 2), "W2", rng), 0.1)]
+             nearest_neighbor(_src((9,), (2,), "q", rng), X, _src((9, 9), (2, 2), "M", rng))]
+    if sites == 3:  # (its sketch plans do not replay, on 3 sites or 8: the full search runs; on 8 it
+        # is the suite's longest search, and the soundness tests search FFNN steps on 2-5 sites)
+        exprs.append(ffnn_sgd_step(_src((14, 10), (2, 2), "X", rng), _src((14, 4), (2, 2), "Y", rng),
+                                   _src((10, 12), (2, 3), "W1", rng), _src((12, 4), (3, 2), "W2", rng), 0.1))
     sketched = 0
     for expr in exprs:
         with sketch_everything(floor=2):
