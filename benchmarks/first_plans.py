@@ -69,7 +69,9 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "searches": len(searches)
 def run_one(root: str, expr: str, sites: int) -> dict:
     code = CHILD.replace("EXPR", expr).replace("SITES", str(sites))
     env = dict(os.environ, PYTHONPATH=root)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    # (run in ``root``: ``python -c`` puts the working directory first on the path, ahead of PYTHONPATH)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env,
+                         cwd=root)
     if out.returncode:
         return {"error": (out.stderr.strip().splitlines() or ["?"])[-1][:120]}
     return json.loads(out.stdout.strip().splitlines()[-1])
