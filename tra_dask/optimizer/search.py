@@ -88,6 +88,7 @@ class SearchResult:
     # and no budget cut the search short: a search with a wider beam searches the same
     # space (the same candidates, the same costs)
     beam_unbound: bool = False
+    first_pass_cost: Cost | None = None  # the best plan's before a shared node's readers were planned again
 
 
 def objective(cost: Cost, memory_limit: float | None) -> tuple:
@@ -285,6 +286,7 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
     costed = combined(alts, ranked_all)
     made_from = {tuple(c): (alts, ranked_all) for c, _ in costed}  # the candidate lists each plan combines
     costed.sort(key=lambda oc: obj(oc[1]))
+    first_pass_cost = costed[0][1]
     truncated = b.truncated  # (the first pass's: planning again only adds plans)
     tried: set = set()
     for _ in range(reshare):  # a shared subexpression computed twice: plan its readers over one of them
@@ -309,7 +311,8 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
         costed.sort(key=lambda oc: obj(oc[1]))
     best, best_cost = costed[0]
     unbound = not (bound[0] or b.truncated) and all(len(ranked_all.get(o, ())) <= final for o in outputs)
-    return SearchResult(best, best_cost, costed, truncated, b.used, ncand, obj, beam_unbound=unbound)
+    return SearchResult(best, best_cost, costed, truncated, b.used, ncand, obj, beam_unbound=unbound,
+                        first_pass_cost=first_pass_cost)
 
 
 class _Fused:
