@@ -189,7 +189,7 @@ def _summary(search):
     """A search report without the plans it holds (they hold the sources)."""
     if search is None:
         return None
-    return dataclasses.replace(search, best=[], best_cost=None, alternatives=[])
+    return dataclasses.replace(search, best=[], best_cost=None, alternatives=[], first_pass_cost=None)
 
 
 class PlanCache:
