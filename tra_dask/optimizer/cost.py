@@ -275,6 +275,9 @@ def _summed(model: str, sites: int, per: dict, results: tuple = (), parts: tuple
         per, results=results, parts=parts, named=named)
 
 
+_KEEP_MASK = 1 << 16  # a move's demand kept to count its moves again (larger: only from its node's memo)
+
+
 class DeliveredCosts:
     """Costs of subplans that deliver every tuple of their layout (the search's ranking
     cost: ``plan_cost([root], whole=True)``), computed incrementally: the cost of a
@@ -310,7 +313,7 @@ class DeliveredCosts:
         key = (node, digest)
         hit = self.subs.get(key)
         if hit is None:
-            if isinstance(node, (Broadcast, Shuffle)):
+            if isinstance(node, (Broadcast, Shuffle)) and len(mask) <= _KEEP_MASK:
                 self.masks[key] = mask
             hit = self.subs[key] = (self._added(node, mask, digest, depth)
                                     or _plan_cost([node], self.model, True, {node: mask}))
