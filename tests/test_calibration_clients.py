@@ -5,6 +5,7 @@ it — every call on that path goes through the explicit client
 (``distributed.wait`` and friends ask for the default client: "No clients found")."""
 
 import logging
+import warnings
 
 import numpy as np
 import pytest
@@ -36,8 +37,14 @@ def test_submit_calibrates_through_a_client_that_is_not_the_default(calibrating,
                       dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster:
         client = Client(cluster, set_as_default=False)
         try:
-            rf = td.submit(td.einsum("ij,jk->ik", td.asarray(a), td.asarray(b)), client=client)
+            from tra_dask.runtime.calibrate import CalibrationNotice
+
+            with pytest.warns(CalibrationNotice, match=f"measuring the cluster at {client.scheduler.address}"):
+                rf = td.submit(td.einsum("ij,jk->ik", td.asarray(a), td.asarray(b)), client=client)
             np.testing.assert_array_equal(rf.to_numpy(), np.einsum("ij,jk->ik", a, b))
+            with warnings.catch_warnings():  # said once: the next plan on this cluster does not measure it
+                warnings.simplefilter("error", CalibrationNotice)
+                td.submit(td.einsum("ij,jk->ik", td.asarray(b.T), td.asarray(a.T)), client=client).wait()
             # it was measured (not the suite's kept spec), once, on this cluster
             spec = td.cluster_spec(client)
             assert spec.source.startswith(f"calibrated on {client.scheduler.address}"), spec.source

@@ -675,8 +675,19 @@ def cluster_spec(client, *, calibrate_: bool = True, workers=None) -> ClusterSpe
     with _CACHE_LOCKS.setdefault(key, threading.Lock()):  # threads asking at once: one calibration
         spec = _CACHE.get(key)
         if spec is None:
-            spec = _CACHE[key] = (_smaller(address, shape) or _from_config(len(info)) or calibrate(client))
+            spec = _smaller(address, shape) or _from_config(len(info))
+            if spec is None:
+                warnings.warn(f"tra_dask: measuring the cluster at {address} ({len(info)} worker(s)) for its first "
+                              f"plan (td.calibrate: several seconds, once per cluster); to skip it, save a spec "
+                              f"(td.calibrate(client).save(path)) and name it in the Dask config "
+                              f"tra-dask.cluster-spec", CalibrationNotice, stacklevel=2)
+                spec = calibrate(client)
+            _CACHE[key] = spec
     return spec
+
+
+class CalibrationNotice(UserWarning):
+    """Said once per cluster, when its first plan starts measuring it (:func:`cluster_spec`)."""
 
 
 def _from_config(sites: int) -> ClusterSpec | None:
