@@ -17,6 +17,9 @@ from tra_dask.logical import Pieces
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 WORKERS = 8
+# submissions of one einsum at most: the memory manager drops a fetched copy when it likes,
+# and a run that found it dropped is not compared (8 of 15 runs were comparable once here)
+ATTEMPTS = 12
 
 
 @pytest.fixture(scope="module")
@@ -71,18 +74,22 @@ def _refetched(client, rf, before) -> bool:
     return any(who in held[k] for moves in client.run(fetched).values() for who, k in moves)
 
 
-def _settle(client, arrays, limit: float = 3.0) -> None:
+def _settle(client, arrays, limit: float = 3.0) -> bool:
     """Give the memory manager up to ``limit`` seconds to drop the copies of the
     inputs that an earlier plan fetched (it does every 2 s, Dask's default), so that
-    fewer runs find a copy that it drops while they run (such runs are not compared)."""
+    fewer runs find a copy that it drops while they run (such runs are not compared);
+    whether every chunk has one holder now."""
     import time
 
     from distributed import futures_of
 
     keys = [f.key for f in futures_of(arrays)]
     deadline = time.monotonic() + limit
-    while time.monotonic() < deadline and any(len(w) > 1 for w in client.who_has(keys).values()):
+    while any(len(w) > 1 for w in client.who_has(keys).values()):
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.1)
+    return True
 
 
 @pytest.mark.parametrize("rebalance", [False, True])
@@ -91,25 +98,30 @@ def test_einsums_over_rechunked_dask_inputs_on_eight_workers(client, rebalance):
     stayed where the plan found them (a copy an earlier plan fetched is dropped by
     Dask's memory manager when it likes, sometimes while a plan that found it runs:
     then the plan fetches it again — the holders after the run may be the same, the
-    fetch is in the workers' logs — and such a run is not compared)."""
+    fetch is in the workers' logs — and such a run is not compared; nor is one that
+    started while a chunk still had a second copy the memory manager had not dropped:
+    the plan reads each chunk from one holder, and a transfer to a worker that holds
+    the other copy does not happen)."""
     assert len(client.scheduler_info(n_workers=-1)["workers"]) == WORKERS
     X, Y, B, C = _inputs(client)
-    changed = compared = runs = recut = 0
+    changed = recut = 0
     for eq, make in CASES.items():
         (a, b), want = make(X, Y, B, C)
-        for _ in range(5):
+        runs = compared = 0
+        # at least 5 submissions each, more (up to ATTEMPTS) until 5 ran where they were planned
+        while runs < 5 or (compared < 5 and runs < ATTEMPTS):
             if rebalance:
                 client.rebalance()
-            _settle(client, [X, Y, B, C])
+            single = _settle(client, [X, Y, B, C])  # (a plan reads each chunk from one holder)
             rf = td.submit(td.einsum(eq, a, b), client=client)
             before = _holders(client, rf)
             np.testing.assert_allclose(rf.to_numpy(), want, rtol=1e-12, err_msg=eq)
             runs += 1
-            if _holders(client, rf) == before and not _refetched(client, rf, before):
+            if single and _holders(client, rf) == before and not _refetched(client, rf, before):
                 compared += 1
                 assert rf.transfers() == rf.plan.cost.bytes_moved, (eq, rf.plan.explain())
             changed += "chosen" in rf.plan.stage("chunking").note
             recut += any(isinstance(getattr(n, "source", None), Pieces) for n in rf.plan.nodes)
+        assert compared >= 2, f"{eq}: only {compared} of {runs} runs kept their inputs where they were planned"
     assert changed, "no einsum was re-chunked: the test is not testing re-chunked inputs"
     assert recut, "no plan re-cut its inputs' blocks: the test is not testing re-chunked inputs"
-    assert compared >= runs * 0.6, f"only {compared} of {runs} runs kept their inputs where they were planned"
