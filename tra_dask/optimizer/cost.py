@@ -348,15 +348,9 @@ class DeliveredCosts:
             # objects: a copy's id is its object's, and an equal node made apart numbers
             # its copies otherwise)
             movers = [n for n in toposort([node]) if n in spans]
-            arrays = []
-            for n in movers:
-                d = spans[n][2]
-                hit = n.__dict__.get("_moves_memo", {}).get(d)
-                if hit is None and (n, d) in self.masks:
-                    hit = _needed_moves(n, self.masks[n, d], d)
-                if hit is None or hit[3] is None:
-                    return None  # its moves not at hand, or too many to remember: the whole subplan's cost
-                arrays.append(hit[3])
+            arrays = [_remembered_moves(n, spans[n][2], self.masks.get((n, spans[n][2]))) for n in movers]
+            if any(a is None for a in arrays):
+                return None  # its moves not at hand, or too many to remember: the whole subplan's cost
             recount = _counted_once(movers, arrays, [spans[n][3] for n in movers])
             changed = {n: c for n, c in recount.items() if c.floats_moved != per[n].floats_moved}
             if changed:  # (else each mover counts what its subplan counted: their path terms hold)
@@ -383,10 +377,9 @@ def _moved_once(node: PNode, below: list, spans: dict) -> bool:
             owner[m] = i if owner.get(m, i) == i else -1  # -1: in two children's subplans
     codes, labels = [], []
     for m, (lo, hi, digest, _) in spans.items():
-        hit = m.__dict__.get("_moves_memo", {}).get(digest)
-        if hit is None or hit[3] is None:
+        a = _remembered_moves(m, digest)
+        if a is None:
             return False
-        a = hit[3]
         codes.append(a[0] * np.int64(m.nsites) + a[1])
         labels.append(np.full(len(a[0]), owner.get(m, -2), np.int64))  # (-2: node)
     code, label = np.concatenate(codes), np.concatenate(labels)
@@ -474,6 +467,16 @@ def _needed_moves(n: PNode, mask: np.ndarray, digest: bytes | None) -> tuple:
             memo.pop(next(iter(memo)))
         memo[key] = hit
     return hit
+
+
+def _remembered_moves(n: PNode, digest: bytes, mask: np.ndarray | None = None) -> tuple | None:
+    """:func:`_needed_move_arrays` of ``n`` under the demand with ``digest``, as
+    :func:`_needed_moves` remembered them (derived now from ``mask`` when given); None
+    when they are not at hand or were too many to keep."""
+    hit = n.__dict__.get("_moves_memo", {}).get(digest)
+    if hit is None and mask is not None:
+        hit = _needed_moves(n, mask, digest)
+    return None if hit is None else hit[3]
 
 
 def _needed_move_arrays(n: PNode, mask: np.ndarray) -> tuple:
