@@ -49,12 +49,12 @@ from ..kernels import flop_factor
 from ..logical.sources import ClusterSource, FromFunction
 from ..node import toposort
 from ..types import first_of_each, unique
-from .demand import demand, mask_digest, result_copies
+from .demand import child_demand, demand, mask_digest, result_copies
 from .nodes import (Broadcast, ConcatAgg, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PNode, PSource, Shuffle,
                     TileMap)
 
-__all__ = ["Fusion", "Task", "Transfer", "NodeWork", "PlanWork", "node_work", "plan_work", "first_moves", "TASK_KINDS",
-           "FUSABLE_KINDS"]
+__all__ = ["Fusion", "Task", "Transfer", "NodeWork", "PlanWork", "FusedCounts", "node_work", "plan_work", "first_moves",
+           "TASK_KINDS", "FUSABLE_KINDS"]
 
 TASK_KINDS = ("load", "transfer", "kernel", "fold", "concat", "tile")  # the kinds that are graph tasks
 FUSABLE_KINDS = ("kernel", "fold", "concat", "tile")  # local computations: fused into their one reader
@@ -654,6 +654,187 @@ def _fusion(work: PlanWork, fusion: Fusion) -> dict:
         k = np.searchsorted(starts, g, side="right") - 1
         return [(order[a], t) for a, t in zip(k.tolist(), (g - starts[k]).tolist())]
     return dict(zip(named(p), named(c)))
+
+
+class FusedCounts:
+    """``len(plan_work([root], fusion=...).into)`` — how many tasks fusion removes from
+    the subplan of ``root`` (one copy of each of its keys demanded) — derived node by
+    node from the subplans of its children, each remembered per (node, demand): the
+    search ranks thousands of candidates that share their subplans.
+
+    :func:`_fusion` decides whether a task runs inside its reader from the subplan
+    below that reader, and from how many input slots read the task in the whole plan
+    and whether it is a result.  So a node's decisions, made once for its subplan,
+    hold in a larger one as long as no task they weighed gains a reader there (a
+    shared node's readers in another branch, a reader above a tuple aliased up) and
+    none becomes a result; a shared node is one node (its decisions counted once)
+    when every branch demands the same tuples of it; and no array moves to one site
+    twice (the moves' code ranges are disjoint, as :func:`first_moves` checks: no
+    copy reads another mover's transfer).  Where one of these does not hold it
+    answers None, and the caller derives the whole subplan's work."""
+
+    def __init__(self, fusion: Fusion, works: dict):
+        self.fusion, self.works = fusion, works
+        self.states: dict = {}
+        self.size = 0  # tasks registered: a task's global id is its node work's base + its index
+        self.attr = {k: np.zeros(64, d) for k, d in _ATTR.items()}
+
+    def __call__(self, root: PNode) -> int | None:
+        need = np.zeros(root.layout.ntuples, bool)
+        need[result_copies(root.layout, root.type.ntuples)] = True
+        st = self._state(root, need, mask_digest(need))
+        if st is None:
+            return None
+        nodes, dec, reads, local, spans, prod, _ = st
+        spans = sorted(spans.values())
+        if any(a[1] >= b[0] for a, b in zip(spans, spans[1:])):
+            return None  # an array may move to one site twice: a copy reads the first's transfer
+        results = prod[need & (prod >= 0)]
+        if len(results) and local and np.isin(results, np.concatenate(list(local.values()))).any():
+            return None  # a task weighed for fusion is a result of this subplan
+        return sum(dec.values())
+
+    def _state(self, n: PNode, need: np.ndarray, digest: bytes):
+        key = (n, digest)
+        if key not in self.states:
+            self.states[key] = self._derive(n, need, digest)
+        return self.states[key]
+
+    def _register(self, m: int) -> int:
+        base, self.size = self.size, self.size + m
+        if self.size > len(self.attr["site"]):
+            grow = max(self.size, 2 * len(self.attr["site"]))
+            self.attr = {k: np.concatenate([a, np.zeros(grow - len(a), a.dtype)]) for k, a in self.attr.items()}
+        return base
+
+    def _derive(self, n: PNode, need: np.ndarray, digest: bytes):
+        """``(nodes, decided, reads, weighed, spans, prod, readers)`` of ``n``'s subplan
+        under ``need``, each of the first five per node of it: its demand's digest,
+        the tasks fused at its input slots, the global ids of the tasks its slots
+        read, of those that were candidates (:func:`_fusion`'s ``cand``: only
+        their decisions can change with more readers or as results), and a move's
+        code range; ``prod`` maps each tuple of ``n`` to the global id of the task that
+        makes it (-1: data); ``readers``: ``(ids, slots reading each)`` in the subplan.
+        None where not exact (the class doc)."""
+        kids = n.children
+        if len(set(map(id, kids))) < len(kids):
+            return None
+        below = [self._state(c, m, mask_digest(m)) for c, m in zip(kids, child_demand(n, need))]
+        if any(b is None for b in below):
+            return None
+        nodes, dec, reads, local, spans = ({n: digest}, {}, {}, {}, {})
+        for b in below:
+            for node, d in b[0].items():
+                if nodes.setdefault(node, d) != d:
+                    return None  # two branches demand different tuples of one node
+            dec.update(b[1])
+            reads.update(b[2])
+            local.update(b[3])
+            spans.update(b[4])
+        if len(below) > 1:  # a task a branch weighed may have a reader in another
+            ids, cnt = _counted(reads)
+            for b in below:
+                if b[3] and not _same_readers(b[6], np.concatenate(list(b[3].values())), ids, cnt):
+                    return None
+        else:
+            ids, cnt = below[0][6] if below else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        w = self.works.get((n, digest))
+        if w is None:
+            w = self.works[(n, digest)] = NodeWork(n, need)
+        m, f = w.ntasks, self.fusion
+        base = self._register(m)
+        a = self.attr
+        own = slice(base, base + m)
+        fusable = w.kind in FUSABLE_KINDS
+        a["fus"][own] = fusable
+        a["late"][own] = w.kind == "transfer"
+        a["depth"][own] = 0
+        a["site"][own] = w.task_site[:m] if m else 0
+        a["work"][own] = w.seconds(f.task_seconds) if m and fusable and f.task_seconds is not None else 0.0
+        if w.kind == "transfer" and m:
+            code = w.task_array.astype(np.int64) * np.int64(n.nsites) + w.task_site
+            spans[n] = (int(code.min()), int(code.max()))
+            p = below[0][5][w.in_tuple]
+            reads[n] = p[p >= 0]
+        elif m and len(w.in_tuple):
+            reader = np.repeat(np.arange(m, dtype=np.int64), np.diff(w.in_ptr))
+            p = np.empty(len(w.in_tuple), np.int64)
+            for c, b in enumerate(below):
+                at = w.in_child == c
+                p[at] = b[5][w.in_tuple[at]]
+            ok = p >= 0
+            reads[n] = p[ok]
+            pc = np.where(ok, p, 0)
+            if local and np.isin(p[ok], np.concatenate(list(local.values()))).any():
+                return None  # a task weighed below gains a reader here
+            late_p = ok & a["late"][pc]
+            a["late"][own] = np.bincount(reader, weights=late_p, minlength=m) > 0
+            if fusable:
+                readers = np.zeros(len(p), np.int64)  # of each slot's task, in the subplan with this node
+                if len(ids):
+                    k = np.minimum(np.searchsorted(ids, pc), len(ids) - 1)
+                    readers = np.where(ids[k] == pc, cnt[k], 0)
+                uniq, inv, here_n = np.unique(p[ok], return_inverse=True, return_counts=True)
+                readers[ok] += here_n[inv.reshape(-1)]
+                t_site = w.task_site[:m]
+                cand = (ok & a["fus"][pc] & (readers == 1) & (a["site"][pc] == t_site[reader])
+                        & (a["depth"][pc] < MAX_FUSED_DEPTH))
+                local[n] = pc[cand]  # (a task that is not a candidate stays one with more readers)
+                work_p = a["work"][pc]
+                late_in = np.bincount(reader, weights=late_p, minlength=m)
+                on_time = late_in[reader] - late_p == 0
+                cheap = f.task_seconds is not None and f.cheap_below > 0
+                here = cand & (on_time | (cheap & (work_p <= f.cheap_below)))
+                if f.task_seconds is not None and f.granules > 0 and (cand & ~here).any():
+                    whole = a["work"][own] + np.bincount(reader[cand], weights=work_p[cand], minlength=m)
+                    on_site = np.bincount(t_site, weights=whole)
+                    here |= cand & (whole * (f.granules * f.threads) <= on_site[t_site])[reader]
+                if f.threads > 1 and here.any():  # one per reader: its first candidate slot in call order
+                    at = np.flatnonzero(here)
+                    _, first = np.unique(reader[at], return_index=True)
+                    here[:] = False
+                    here[at[first]] = True
+                dec[n] = int(here.sum())
+                depth = np.zeros(m, np.int64)
+                np.maximum.at(depth, reader[here], a["depth"][pc[here]] + 1)
+                a["depth"][own] = depth
+                if f.task_seconds is not None:
+                    work = a["work"][own].copy()
+                    np.add.at(work, reader[here], work_p[here])
+                    a["work"][own] = work
+        prod = np.full(n.layout.ntuples, -1, np.int64)
+        made = w.made_by >= 0
+        if m:
+            prod[made] = base + w.made_by[made]
+        al = ~made & (w.alias >= 0)
+        if al.any():
+            prod[al] = below[0][5][w.alias[al]]
+        if n in reads and len(kids) == 1 and len(below[0][6][0]) == 0:
+            ids, cnt = np.unique(reads[n], return_counts=True)
+        elif n in reads:
+            ids, cnt = _counted(reads)
+        return nodes, dec, reads, local, spans, prod, (ids, cnt)
+
+
+_ATTR = {"fus": bool, "site": np.int64, "late": bool, "work": float, "depth": np.int64}  # of a registered task
+
+
+def _counted(reads: dict) -> tuple:
+    """``(ids, how many slots read each)`` over the nodes' reads (each node once)."""
+    every = np.concatenate(list(reads.values())) if reads else np.zeros(0, np.int64)
+    return np.unique(every, return_counts=True)
+
+
+def _same_readers(readers: tuple, weighed: np.ndarray, ids: np.ndarray, cnt: np.ndarray) -> bool:
+    """Whether the tasks ``weighed`` have as many readers in ``(ids, cnt)`` as in
+    ``readers`` (a branch's own count)."""
+    def of(table, x):
+        t_ids, t_cnt = table
+        if not len(t_ids):
+            return np.zeros(len(x), np.int64)
+        k = np.minimum(np.searchsorted(t_ids, x), len(t_ids) - 1)
+        return np.where(t_ids[k] == x, t_cnt[k], 0)
+    return bool(np.array_equal(of(readers, weighed), of((ids, cnt), weighed)))
 
 
 def _producer_ids(work: PlanWork, base: dict) -> dict:
