@@ -19,7 +19,6 @@ from tra_dask.optimizer.time import makespan, plan_seconds
 from tra_dask.optimizer.objective import FewestBytes
 from tra_dask.optimizer.rules import RULES
 from tra_dask.physical import Grid
-from tra_dask.physical.work import plan_work
 from tra_dask.programs import ffnn_sgd_step, matmul, nearest_neighbor
 
 
@@ -537,48 +536,3 @@ def test_incremental_subplan_costs_are_the_whole_subplans(prog, model):
     finally:
         S.DeliveredCosts = saved
     assert _CheckedCosts.checked > before
-
-
-class _CheckedFusedCounts(S.FusedCounts):
-    """Every count the search's fused ranking derives from a candidate's children is
-    the whole subplan's fusion (plan_work([candidate]).into); counts how many."""
-
-    checked = answered = 0
-
-    def __call__(self, root):
-        got = super().__call__(root)
-        want = len(plan_work([root], fusion=self.fusion).into)
-        type(self).checked += 1
-        if got is not None:
-            type(self).answered += 1
-            assert got == want, (root, got, want)
-        return got
-
-
-def test_fused_counts_from_children_are_the_whole_subplans():
-    """The time objective ranks candidates after fusion, counting what fusion removes
-    from each one's subplan node by node (work.FusedCounts), where that is exact: on
-    random programs (shared subexpressions, moves of one array in two branches,
-    several outputs, fixed placements) and a chain of multiplies, every count it
-    gives equals the whole subplan's, and it gives a good share of them (the rest —
-    a task read in two branches that one of them would fuse, an array moved to a
-    site twice — are derived whole)."""
-    saved = S.FusedCounts
-    S.FusedCounts = _CheckedFusedCounts
-    try:
-        @settings(max_examples=40, deadline=None, derandomize=True, database=None,
-                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                         HealthCheck.data_too_large])
-        @given(programs())
-        def prop(prog):
-            outs, sites, placements = prog
-            td.optimize(outs, sites=sites, placements=placements)
-
-        prop()
-        rng = np.random.default_rng(0)
-        a, b, c = rng.random((40, 30)), rng.random((30, 50)), rng.random((50, 20))
-        td.einsum("ij,jk,kl->il", a, b, c, chunks=10).to_relation(sites=2)
-    finally:
-        S.FusedCounts = saved
-    checked, answered = _CheckedFusedCounts.checked, _CheckedFusedCounts.answered
-    assert checked > 300 and answered > checked // 2, (checked, answered)

@@ -56,7 +56,7 @@ from ..node import canonical, toposort
 from ..physical import (Broadcast, LocalAggregate, LocalJoin, LocalMap, Part, PlacementError, PNode, PSource,
                         Shuffle)
 from ..physical.nodes import interned
-from ..physical.work import FusedCounts, plan_work
+from ..physical.work import plan_work
 from .cost import Cost, DeliveredCosts, plan_cost
 from .objective import FastestTime, FewestBytes, Objective
 from .time import fusion_for
@@ -332,7 +332,7 @@ class _Fused:
 
     def __init__(self, obj, delivered, score):
         self.obj, self.delivered, self.score = obj, delivered, score
-        self.counts: dict = {}  # sites -> the FusedCounts of that cluster's fusion
+        self.fusion: dict = {}
         self.keys: dict = {}
         self.works: dict = {}  # node works shared by the subplans fused (physical.work.plan_work)
 
@@ -343,13 +343,11 @@ class _Fused:
             if cost.tasks > FUSED_RANK_TASKS or not fusable_tasks([c], cost):  # (nothing to fuse: its own key)
                 k = self.keys[c] = self.score(c)
                 return k
-            counts = self.counts.get(cost.sites)
-            if counts is None:
-                counts = self.counts[cost.sites] = FusedCounts(fusion_for(self.obj.spec(cost.sites)), self.works)
-            fused = counts(c)  # (from its children's subplans where that is exact, else the whole subplan's)
-            if fused is None:
-                fused = len(plan_work([c], fusion=counts.fusion, works=self.works).into)
-            k = self.keys[c] = self.obj(cost.with_fused(fused))
+            spec = self.obj.spec(cost.sites)
+            fusion = self.fusion.get(cost.sites)
+            if fusion is None:
+                fusion = self.fusion[cost.sites] = fusion_for(spec)
+            k = self.keys[c] = self.obj(cost.with_fused(len(plan_work([c], fusion=fusion, works=self.works).into)))
         return k
 
     def bound(self, c) -> tuple:
