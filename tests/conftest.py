@@ -3,6 +3,7 @@ import os
 import tempfile
 
 import dask
+import distributed.utils
 import pytest
 
 import tra_dask as td
@@ -17,6 +18,14 @@ _SPEC = os.path.join(tempfile.mkdtemp(prefix="tra-dask-tests-"), "cluster-spec.j
 td.ClusterSpec(16, source="defaults, kept for the test suite (tests/conftest.py)").save(_SPEC)
 os.environ["DASK_TRA_DASK__CLUSTER_SPEC"] = _SPEC
 dask.config.set({"tra-dask.cluster-spec": _SPEC})
+# The clusters the suite starts in its own processes fork their workers from a server
+# that imported distributed, numpy and tra_dask once (Dask's own test suite does the same):
+# starting a worker costs a fork, not an interpreter importing them again.  The
+# subprocesses (command line, notebooks, README, benchmarks) keep Dask's default,
+# spawn, as a user's script gets it.
+dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
+_mp = distributed.utils.get_mp_context()  # (sets Dask's preload list once; tra_dask joins it)
+_mp.set_forkserver_preload(["distributed", "numpy", "tra_dask"])
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ nothing here fakes a GPU result.  ``benchmarks/gpu.py`` runs them on a GPU machi
 import dataclasses
 import json
 
+import dask
 import numpy as np
 import pytest
 
@@ -270,8 +271,10 @@ def test_a_kernel_that_lies_about_its_output_fails_naming_itself_on_cupy(cp):
 def gpu_client(cp):
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster, set_as_default=False) as c:
+    # (Dask's default start of worker processes, spawn: CUDA in a forked process is not for this test)
+    with dask.config.set({"distributed.worker.multiprocessing-method": "spawn"}), \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                         dashboard_address="127.0.0.1:0") as cluster, Client(cluster, set_as_default=False) as c:
         yield c
 
 
