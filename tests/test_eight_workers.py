@@ -73,11 +73,12 @@ def _refetched(client, rf, before) -> bool:
 def _settle(client, arrays, limit: float = 5.0) -> dict | None:
     """Have Dask's memory manager drop the copies of the inputs that an earlier plan (or
     the ``compute`` of the expected result) fetched — one cycle now (``client.amm.run_once``)
-    rather than waiting for its next (every 2 s) — and wait up to ``limit`` seconds for the
-    scheduler to see one holder per chunk: ``{key: [holder]}``, or None if it does not.  (A plan reads each chunk
-    from one holder; a planned transfer to a worker that holds a second copy does not
-    happen, so such a run moves less than its plan predicts: tra_dask's model places a
-    chunk on one site.)"""
+    rather than waiting for its next (every 2 s) — and wait up to ``limit`` seconds for
+    the scheduler to see one holder per chunk: ``{key: [holder]}``, or None if it does
+    not.  (A plan reads each chunk from one holder; a planned transfer to a worker that
+    holds a second copy does not happen, so such a run moves less than its plan
+    predicts: tra_dask's model places a chunk on one site.  ``client.who_has`` takes
+    futures — given plain keys it answers ``{}`` — so the scheduler is asked here.)"""
     import time
 
     from distributed import futures_of
