@@ -21,8 +21,8 @@ dask.config.set({"tra-dask.cluster-spec": _SPEC})
 # The clusters the suite starts in its own processes fork their workers from a server
 # that imported distributed, numpy and tra_dask once (Dask's own test suite does the same):
 # starting a worker costs a fork, not an interpreter importing them again.  The
-# subprocesses (command line, notebooks, README, benchmarks) keep Dask's default,
-# spawn, as a user's script gets it.
+# subprocesses (command line, notebooks, README, benchmarks, `dask worker`) keep Dask's
+# default, spawn, as a user's script gets it; so does test_gpu.py's cluster (CUDA).
 dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
 _mp = distributed.utils.get_mp_context()  # (sets Dask's preload list once; tra_dask joins it)
 _mp.set_forkserver_preload(["distributed", "numpy", "tra_dask"])
