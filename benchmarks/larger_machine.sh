@@ -10,7 +10,7 @@ python3 -m pip install -q --no-index --find-links .whl dask distributed partd lo
 export PYTHONPATH=$PWD OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-}
 cd benchmarks
 cp README.md "$OUT/README.before.md"
-timeout 330 python3 scaling.py --n 6000 --repeat 2 2>&1 | grep -v "UserWarning\|warnings.warn\|Consider\|or using\|See also" | tee "$OUT/scaling.txt"
+timeout 470 python3 scaling.py --n 3072 --repeat 2 2>&1 | grep -v "UserWarning\|warnings.warn\|Consider\|or using\|See also" | tee "$OUT/scaling.txt"
 cp README.md "$OUT/README.scaling.md"
 for s in 16 64 256 1024; do  # one process per site count, side by side (planning uses one core)
   timeout 200 python3 planning_sites.py --sites $s --timeout 60 --no-write --json "$OUT/planning_$s.json" > "$OUT/planning_$s.txt" 2>&1 &
