@@ -10,7 +10,9 @@ missing results need:
   memory on a surviving worker in that sense is not run again: the new graph reads
   that copy (an alias task on that worker; the scheduler is told, in the same
   event-loop step that found it, that this client wants the key, so it cannot be
-  released on the way);
+  released on the way).  One still to run keeps its inputs held too: no task of the
+  plan waits for them any more, so the scheduler would free them, and the kept task
+  would have to make them again, on the lost worker they are pinned to;
 * everything else a missing result needs is run: lost chunks from their lineage
   (loads again, in-process data sent again, the operators above them).
 
@@ -76,7 +78,8 @@ def resume(sub, error) -> bool:
     candidates = {old for k in task_of for old in earlier(k)} | {f.key for fs in current for f in fs.values()}
     # futures first, so that the scheduler's reports on them (sent when it records the want) are not dropped
     ours = {k: Future(k, client) for k in candidates}
-    held = _usable(client, candidates, alive)  # {key in memory on, or still to run on, a survivor: there}
+    # {key in memory on, or still to run on, a survivor: there}; {a held key still to run: the held keys it reads}
+    held, reads = _usable(client, candidates, alive)
     keep = {k: ours[k] for k in held}  # wanted by this client while we need them
     del ours  # the rest: released
 
@@ -109,6 +112,16 @@ def resume(sub, error) -> bool:
             stack.extend(task_of[k].dependencies)
 
     used = set(alias.values()) | {f.key for ks in kept for f in ks.values()}
+    # a kept chunk still to run needs its inputs kept too: released, the scheduler would free
+    # them (no task of the plan waits for them now), and the kept task would have to make
+    # them again, on the lost worker they are pinned to
+    stack = [k for k in used if k in reads]
+    while stack:
+        for d in reads[stack.pop()]:
+            if d not in used:
+                used.add(d)
+                if d in reads:
+                    stack.append(d)
     keep = {k: f for k, f in keep.items() if k in used}  # the rest: released when these go
 
     # where each needed key runs.  Each operator's tasks that run again (and each
@@ -198,13 +211,15 @@ def _source_keys_current(src: ClusterSource) -> bool:
     return all(dk in now for _, dk in src.dask_keys)
 
 
-def _usable(client, keys, alive) -> dict:
-    """``{key: worker}`` for those of ``keys`` that are, or will be, in memory on a worker
-    in ``alive``: in memory there (its worker: one holding it), or still to run with
-    every input usable and a worker restriction that survived (its worker: where it
-    will run).  In the same step on the scheduler this client is recorded as wanting
-    them, so that none is released before the graph that reads them arrives; the
-    caller drops its futures of those it does not use."""
+def _usable(client, keys, alive) -> tuple[dict, dict]:
+    """``({key: worker}, {key: inputs})``.  The first: those of ``keys`` that are, or will
+    be, in memory on a worker in ``alive``: in memory there (its worker: one holding
+    it), or still to run with every input usable and a worker restriction that
+    survived (its worker: where it will run).  The second: for each of those still to
+    run, its inputs among ``keys`` (each usable too).  In the same step on the
+    scheduler this client is recorded as wanting them, so that none is released before
+    the graph that reads them arrives; the caller drops its futures of those it does
+    not use, and of a still-to-run one it uses it keeps the inputs."""
     keys, alive, who = list(keys), frozenset(alive), client.id
 
     def grab(dask_scheduler, keys=keys, alive=alive, who=who):
@@ -228,16 +243,18 @@ def _usable(client, keys, alive) -> dict:
             memo[ts.key] = w
             return w
 
-        out = {}
+        out, reads, asked = {}, {}, set(keys)
         for k in keys:
             ts = tasks.get(k)
             w = where(ts) if ts is not None else None
             if w is not None:
                 out[k] = w
+                if ts.state != "memory":
+                    reads[k] = [d.key for d in ts.dependencies or () if d.key in asked]
         if out:
             dask_scheduler.client_desires_keys(keys=list(out), client=who)
 
         take(dask_scheduler, keys)  # held for us since the worker left: ours now (or let go)
-        return out
+        return out, reads
 
     return client.run_on_scheduler(grab)
