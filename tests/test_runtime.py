@@ -188,7 +188,11 @@ def test_a_hand_built_plan_resumes_after_a_lost_worker(monkeypatch):
     from tra_dask.runtime import resume as resume_mod
 
     send = resume_mod.scatter_once
-    monkeypatch.setattr(resume_mod, "scatter_once", lambda *a: (time.sleep(1.5), send(*a))[1])
+
+    def late_send(*args):  # the window: after the kept chunks are chosen, before the graph goes
+        time.sleep(1.5)
+        return send(*args)
+    monkeypatch.setattr(resume_mod, "scatter_once", late_send)
     with dask.config.set(CONFIG):
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                           dashboard_address=None, silence_logs=logging.CRITICAL) as cl, Client(cl) as c:
