@@ -22,8 +22,12 @@ from tra_dask.lowering import lower, tasks
 from tra_dask.physical import (Broadcast, LocalAggregate, LocalJoin, Part, PSource, Shuffle, node_work,
                                plan_work)
 from tra_dask.optimizer.time import fusion_for
-from tra_dask.physical.work import Fusion
-from tra_dask.programs import ffnn_forward, ffnn_sgd_step, matmul, nearest_neighbor, random_uniform
+from tra_dask.node import toposort
+from tra_dask.optimizer import search as search_module
+from tra_dask.physical.work import Fusion, FusedCounts
+from tra_dask.frontend.run import build_local
+from tra_dask.programs import (ffnn_forward, ffnn_sgd_step, ffnn_sgd_step_array, matmul, nearest_neighbor,
+                               random_uniform)
 
 from helpers import PAPER_A, PAPER_B
 
@@ -483,3 +487,53 @@ def test_two_copies_one_move_carries_are_one_array_to_its_next_site():
     assert work.via.get((b, 1)) == (b, 0)
     assert plan.cost.floats_moved == work.floats_moved == td.simulate(plan).floats_moved == 8
     check_work(plan)
+
+
+def _uneven(w):  # seconds that differ task by task, the same whoever asks (cheap and granule rules both fire)
+    return 0.05 + (w.task_tuple % 7) * 0.3
+
+
+FUSIONS = [Fusion(1), Fusion(1, _uneven, 0.5), Fusion(1, _uneven, 0.0, 4), Fusion(2, _uneven, 1e9),
+           Fusion(1, _uneven, 1e9, 2)]
+
+
+def test_fused_counts_are_what_the_whole_plan_pass_fuses():
+    """``FusedCounts(root)``, built from the subplans below ``root`` one node at a time,
+    is ``len(plan_work([root]).into)`` for every node of every program's compiled
+    plans on 2, 3 and 5 sites (the search's candidates: the next test; one counter per fusion
+    setting, shared by all: subplans met again are remembered, and DAGs whose children
+    share nodes or moves are derived whole)."""
+    roots = {}  # every node of the plans, each once (canonical: equal nodes are one object)
+    for name, expr in PROGRAMS.items():
+        for p in (td.compile(expr, 2), td.compile(expr, 3), td.compile(expr, 5)):
+            roots.update((node, name) for node in toposort(p.outputs))
+    for fusion in FUSIONS:
+        counts = FusedCounts(fusion)
+        for node, name in roots.items():
+            assert counts(node) == len(plan_work([node], fusion=fusion).into), (name, fusion, node._op)
+
+
+class _CheckedCounts(FusedCounts):
+    """A FusedCounts that checks each count against the whole-plan pass."""
+
+    calls = 0
+
+    def __call__(self, root):
+        got = super().__call__(root)
+        assert got == len(plan_work([root], fusion=self.fusion).into), root._op
+        _CheckedCounts.calls += 1
+        return got
+
+
+def test_the_search_ranks_by_the_fusions_the_whole_plan_pass_makes(monkeypatch):
+    """Every candidate the time objective ranks after fusion (``search._Fused``) is
+    counted as the whole-plan pass would: the chunk choice's searches of the FFNN
+    SGD step (a DAG whose subexpressions are read twice: hundreds of its subplans
+    share nodes)."""
+    monkeypatch.setattr(search_module, "FusedCounts", _CheckedCounts)
+    _CheckedCounts.calls = 0
+    r = np.random.default_rng(3)
+    x, w1, w2 = r.random((64, 8)), r.random((8, 16)), r.random((16, 4))
+    y = np.eye(4)[r.integers(0, 4, 64)]
+    build_local(ffnn_sgd_step_array(x, y, w1, w2, 0.1), sites=2)
+    assert _CheckedCounts.calls > 500

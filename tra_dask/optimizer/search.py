@@ -56,7 +56,7 @@ from ..node import canonical, toposort
 from ..physical import (Broadcast, LocalAggregate, LocalJoin, LocalMap, Part, PlacementError, PNode, PSource,
                         Shuffle)
 from ..physical.nodes import interned
-from ..physical.work import plan_work
+from ..physical.work import FusedCounts
 from .cost import Cost, DeliveredCosts, plan_cost
 from .objective import FastestTime, FewestBytes, Objective
 from .time import fusion_for
@@ -346,8 +346,8 @@ class _Fused:
             spec = self.obj.spec(cost.sites)
             fusion = self.fusion.get(cost.sites)
             if fusion is None:
-                fusion = self.fusion[cost.sites] = fusion_for(spec)
-            k = self.keys[c] = self.obj(cost.with_fused(len(plan_work([c], fusion=fusion, works=self.works).into)))
+                fusion = self.fusion[cost.sites] = FusedCounts(fusion_for(spec), self.works)
+            k = self.keys[c] = self.obj(cost.with_fused(fusion(c)))
         return k
 
     def bound(self, c) -> tuple:

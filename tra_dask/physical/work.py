@@ -49,12 +49,12 @@ from ..kernels import flop_factor
 from ..logical.sources import ClusterSource, FromFunction
 from ..node import toposort
 from ..types import first_of_each, unique
-from .demand import demand, mask_digest, result_copies
+from .demand import child_demand, demand, mask_digest, result_copies
 from .nodes import (Broadcast, ConcatAgg, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PNode, PSource, Shuffle,
                     TileMap)
 
-__all__ = ["Fusion", "Task", "Transfer", "NodeWork", "PlanWork", "node_work", "plan_work", "first_moves", "TASK_KINDS",
-           "FUSABLE_KINDS"]
+__all__ = ["Fusion", "Task", "Transfer", "NodeWork", "PlanWork", "FusedCounts", "node_work", "plan_work", "first_moves",
+           "TASK_KINDS", "FUSABLE_KINDS"]
 
 TASK_KINDS = ("load", "transfer", "kernel", "fold", "concat", "tile")  # the kinds that are graph tasks
 FUSABLE_KINDS = ("kernel", "fold", "concat", "tile")  # local computations: fused into their one reader
@@ -426,11 +426,13 @@ class PlanWork:
     turns the pass off; ``fusion`` (a :class:`Fusion`) holds the workers' threads
     and what makes a task cheap."""
 
-    def __init__(self, outputs, *, fuse: bool = True, fusion: "Fusion | None" = None, works: dict | None = None):
+    def __init__(self, outputs, *, fuse: bool = True, fusion: "Fusion | None" = None, works: dict | None = None,
+                 masks: dict | None = None):
         fusion = Fusion() if fusion is None else fusion
         self.outputs = tuple(outputs)
         self.order = toposort(self.outputs)
-        self.need = demand(self.outputs)
+        self.masks = masks
+        self.need = demand(self.outputs, masks=masks)
         if works is None:
             self.nodes = {n: NodeWork(n, self.need[n]) for n in self.order}
         else:  # a caller's cache of node works, per (node, demand): a NodeWork is never changed once made
@@ -462,7 +464,7 @@ class PlanWork:
                     own.tolist(), w.task_array[own].tolist(), w.task_src[own].tolist(),
                     w.task_site[own].tolist(), w.task_floats[own].tolist())]
                 base += len(f)
-        self.into: dict = _fusion(self, fusion) if fuse else {}
+        self.into, self.producers = _fusion(self, fusion) if fuse else ({}, None)
 
     def __getitem__(self, node: PNode) -> NodeWork:
         return self.nodes[node]
@@ -558,22 +560,25 @@ def first_moves(moves: list, nsites: int) -> list:
     return [first[lo:hi] for lo, hi in zip(pos[:-1], pos[1:])]
 
 
-def _fusion(work: PlanWork, fusion: Fusion) -> dict:
-    """``{(node, task): (reader node, its task)}``: the tasks that run inside their
-    one reader (the rules are in :class:`PlanWork`'s doc).  Vectorised over every
+def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
+    """``({(node, task): (reader node, its task)}, state)``: the tasks that run inside
+    their one reader (the rules are in :class:`PlanWork`'s doc), and what
+    :class:`FusedCounts` keeps of the plan (:class:`_Producers` of the tuples the
+    outputs need; None when the plan has no task).  Vectorised over every
     task of the plan at once: a task is a global id (``base[node] + task``), and a
     node's tuples map to the id of the task that makes them through aliases
     (:func:`_producer_ids`); the rules that read what was fused before (a cheap
     task's, and a small granule's, work includes its fused inputs') run node by
-    node in plan order."""
+    node in plan order (:func:`_fuse_into`).  The outputs' needed tuples are results
+    (``work.masks``, else one copy of each key): no task that makes one is fused."""
     order = [n for n in work.order if work.nodes[n].ntasks]
     base, total = {}, 0
     for n in order:
         base[n] = total
         total += work.nodes[n].ntasks
-    if not total:
-        return {}
     prod = _producer_ids(work, base)
+    if not total:
+        return {}, _Producers.of(work, prod, *([_EMPTY] * 6), 0)
     copies: dict = {}
     for (n, t), first in work.via.items():
         copies.setdefault(n, []).append((t, first))
@@ -599,61 +604,235 @@ def _fusion(work: PlanWork, fusion: Fusion) -> dict:
         fusable[b:b + m] = w.kind in FUSABLE_KINDS
         if fusable[b] and fusion.task_seconds is not None:
             seconds[b:b + m] = w.seconds(fusion.task_seconds)
-        ptr = w.in_ptr
         if not len(w.in_tuple):
             continue
-        reader = np.repeat(np.arange(b, b + m, dtype=np.int64), np.diff(ptr))
-        p = np.empty(len(w.in_tuple), np.int64)
-        for c, kid in enumerate(n.children):
-            at = w.in_child == c
-            p[at] = prod[kid][w.in_tuple[at]]
+        reader, p = _slots(w, b, [prod[kid] for kid in n.children])
         late[b:b + m] = np.bincount(reader[p >= 0] - b, weights=late[p[p >= 0]], minlength=m) > 0
         slot_c.append(reader)
         slot_p.append(p)
         slot_node.append((b, m))
-    if not slot_c:  # no task reads another (sources only)
-        return {}
-    sc, sp = np.concatenate(slot_c), np.concatenate(slot_p)
-    readers = np.bincount(sp[sp >= 0], minlength=total)
     result = np.zeros(total, bool)
     for o in work.outputs:
-        r = prod[o][result_copies(o.layout, o.type.ntuples)]
+        r = prod[o][work.need[o]] if work.masks is not None and o in work.masks else \
+            prod[o][result_copies(o.layout, o.type.ntuples)]
         result[r[r >= 0]] = True
+    work_in = seconds  # a task's seconds with those of the tasks fused into it
+    depth = np.zeros(total, np.int64)  # how deep the calls fused into a task nest
+    if not slot_c:  # no task reads another (sources only)
+        return {}, _Producers.of(work, prod, site, fusable, late, work_in, depth, np.zeros(total, np.int64), 0)
+    sc, sp = np.concatenate(slot_c), np.concatenate(slot_p)
+    readers = np.bincount(sp[sp >= 0], minlength=total)
     ok = sp >= 0
     spc = np.where(ok, sp, 0)
     late_in = np.bincount(sc[ok], weights=late[spc[ok]], minlength=total)  # late input slots of each reader
     cand = ok & fusable[sc] & fusable[spc] & (readers[spc] == 1) & ~result[spc] & (site[spc] == site[sc])
     on_time = late_in[sc] - late[spc] == 0  # the reader waits for no transfer the task could run under
-    timed = fusion.task_seconds is not None
-    cheap = timed and fusion.cheap_below > 0
-    work_in = seconds.copy()  # a task's seconds with those of the tasks fused into it
-    depth = np.zeros(total, np.int64)  # how deep the calls fused into a task nest
     bounds = np.cumsum([0] + [len(c) for c in slot_c]).tolist()
-    granules = timed and fusion.granules > 0
     for lo, hi, (b, m) in zip(bounds[:-1], bounds[1:], slot_node):  # in plan order: fused inputs decided first
-        cand[lo:hi] &= depth[spc[lo:hi]] < MAX_FUSED_DEPTH  # (before every rule that may take a candidate)
-        here = cand[lo:hi] & (on_time[lo:hi] | (cheap & (work_in[spc[lo:hi]] <= fusion.cheap_below)))
-        if granules and (cand[lo:hi] & ~here).any():  # late tasks into readers that are small granules
-            r, every = sc[lo:hi] - b, cand[lo:hi]
-            whole = work_in[b:b + m] + np.bincount(r[every], weights=work_in[spc[lo:hi][every]], minlength=m)
-            on_site = np.bincount(site[b:b + m], weights=whole)
-            here |= every & (whole * (fusion.granules * fusion.threads) <= on_site[site[b:b + m]])[r]
-        if fusion.threads > 1 and here.any():  # one per reader: its first candidate slot in call order
-            at = np.flatnonzero(here)
-            _, first = np.unique(sc[lo:hi][at], return_index=True)
-            here[:] = False
-            here[at[first]] = True
-        cand[lo:hi] = here
-        np.maximum.at(depth, sc[lo:hi][here], depth[spc[lo:hi][here]] + 1)
-        if timed:
-            np.add.at(work_in, sc[lo:hi][here], work_in[spc[lo:hi][here]])
+        cand[lo:hi] = _fuse_into(sc[lo:hi], spc[lo:hi], cand[lo:hi], on_time[lo:hi], b, m, site, work_in, depth,
+                                 fusion)
     c, p = sc[cand], sp[cand]
     starts = np.array([base[n] for n in order], np.int64)
 
     def named(g):
         k = np.searchsorted(starts, g, side="right") - 1
         return [(order[a], t) for a, t in zip(k.tolist(), (g - starts[k]).tolist())]
-    return dict(zip(named(p), named(c)))
+    into = dict(zip(named(p), named(c)))
+    return into, _Producers.of(work, prod, site, fusable, late, work_in, depth, readers, len(into))
+
+
+def _slots(w: NodeWork, b: int, child_prod: list) -> tuple:
+    """``(reader, producer)`` of every input slot of ``w``'s tasks (global ids from
+    ``b``), in call order: ``child_prod[c]`` maps child ``c``'s tuples to the ids of
+    the tasks that make them (-1: data)."""
+    ptr = w.in_ptr
+    reader = np.repeat(np.arange(b, b + w.ntasks, dtype=np.int64), np.diff(ptr))
+    if len(child_prod) == 1:
+        return reader, child_prod[0][w.in_tuple]
+    p = np.empty(len(w.in_tuple), np.int64)
+    for c, ids in enumerate(child_prod):
+        at = w.in_child == c
+        p[at] = ids[w.in_tuple[at]]
+    return reader, p
+
+
+def _fuse_into(sc, spc, cand, on_time, b: int, m: int, site, work_in, depth, fusion: Fusion) -> np.ndarray:
+    """Which input slots of one reader node's tasks (ids ``b .. b+m-1``) take their
+    producer in: the slots' readers ``sc`` and producers ``spc``, ``cand`` those
+    that may be fused at all (one reader, same site, both local computations, not a
+    result), ``on_time`` those whose reader waits for no other transfer.  Updates
+    ``depth`` and ``work_in`` (seconds with the fused inputs') of the readers."""
+    cand = cand & (depth[spc] < MAX_FUSED_DEPTH)  # (before every rule that may take a candidate)
+    if not cand.any():
+        return cand
+    timed = fusion.task_seconds is not None
+    here = cand & (on_time | ((timed and fusion.cheap_below > 0) & (work_in[spc] <= fusion.cheap_below)))
+    if timed and fusion.granules > 0 and (cand & ~here).any():  # late tasks into readers that are small granules
+        r = sc - b
+        whole = work_in[b:b + m] + np.bincount(r[cand], weights=work_in[spc[cand]], minlength=m)
+        on_site = np.bincount(site[b:b + m], weights=whole)
+        here |= cand & (whole * (fusion.granules * fusion.threads) <= on_site[site[b:b + m]])[r]
+    if fusion.threads > 1 and here.any():  # one per reader: its first candidate slot in call order
+        at = np.flatnonzero(here)
+        _, first = np.unique(sc[at], return_index=True)
+        here[:] = False
+        here[at[first]] = True
+    np.maximum.at(depth, sc[here], depth[spc[here]] + 1)
+    if timed:
+        np.add.at(work_in, sc[here], work_in[spc[here]])
+    return here
+
+
+class _Producers:
+    """What a subplan delivering its root's tuples ``mask`` (``FusedCounts``'s unit)
+    tells the nodes above it: ``fused`` tasks fused inside it (final: a task's fusion
+    is decided once its readers are known), and of the tasks that make its root's
+    needed tuples (its *root producers*, local ids; ``prod``: each root tuple's, -1
+    for data or a tuple not needed), each one's site, whether it is a local
+    computation, whether it depends on a transfer, its seconds with its fused
+    inputs', how deep those nest, and its readers inside.  ``nodes``: the nodes
+    that make tasks; ``codes``: the moves made (array x sites + destination);
+    ``closed``: a move in it is a copy of another (its moves depend on plan order:
+    not combined with others)."""
+
+    __slots__ = ("fused", "prod", "site", "fusable", "late", "work_in", "depth", "readers", "nodes", "codes",
+                 "closed")
+
+    def __init__(self, fused, prod, site, fusable, late, work_in, depth, readers, nodes, codes, closed):
+        self.fused, self.prod, self.site, self.fusable, self.late = fused, prod, site, fusable, late
+        self.work_in, self.depth, self.readers, self.nodes, self.codes, self.closed = \
+            work_in, depth, readers, nodes, codes, closed
+
+    @classmethod
+    def of(cls, work: PlanWork, prod, site, fusable, late, work_in, depth, readers, fused) -> "_Producers | None":
+        """The root producers of ``work``, a plan of one output under a given mask (None otherwise)."""
+        if work.masks is None or len(work.outputs) != 1:
+            return None
+        (root,) = work.outputs
+        return cls.restricted(prod[root], work.need[root], site, fusable, late, work_in, depth, readers, fused,
+                              frozenset(n for n in work.order if work.nodes[n].ntasks), _codes(work), bool(work.via))
+
+    @classmethod
+    def restricted(cls, prod, need, site, fusable, late, work_in, depth, readers, fused, nodes, codes, closed):
+        """The producers of the needed tuples of a root whose tuples' producers (global
+        ids) are ``prod``, renumbered from 0."""
+        ids = prod[need]
+        keep = unique(ids[ids >= 0])
+        local = np.full(len(prod), -1, np.int64)
+        if len(keep):
+            at = np.flatnonzero(need & (prod >= 0))
+            local[at] = np.searchsorted(keep, prod[at])
+        return cls(fused, local, site[keep], fusable[keep], late[keep], work_in[keep], depth[keep], readers[keep],
+                   nodes, codes, closed)
+
+
+def _codes(work: PlanWork) -> np.ndarray:
+    """The moves of the plan's Broadcasts and Shuffles, ``array * sites + destination``, sorted."""
+    parts = [w.task_array.astype(np.int64) * n.nsites + w.task_site for n, w in work.nodes.items()
+             if w.kind == "transfer" and len(w.task_tuple)]
+    return np.sort(np.concatenate(parts)) if parts else _EMPTY
+
+
+class FusedCounts:
+    """``len(plan_work([root], fusion=fusion).into)`` — how many tasks fusion removes
+    from the subplan of ``root`` — for the many roots a search ranks, incrementally:
+    a subplan's count is its children subplans' (each under the demand the root puts
+    on it, remembered per (node, demand)) plus the fusions into the root's own
+    tasks, decided from the children's root producers by :func:`_fuse_into`, the
+    rule the whole-plan pass applies.  A task's fusion is decided at the node that
+    reads it, once it is no longer a root producer (a root producer has a reader
+    above, or is a result: it is fused nowhere below).  Adding subplans is exact
+    when they share no node that makes tasks and no move (an array sent to one site
+    in two of them is one transfer, the other a copy, which depends on plan order);
+    otherwise, and for a node that reads one child twice, the subplan's count is
+    the whole-plan pass's (:class:`PlanWork` under that demand)."""
+
+    _DEPTH = 200  # deeper than this, a subplan is derived whole (no deep recursion)
+
+    def __init__(self, fusion: Fusion, works: dict | None = None):
+        self.fusion = fusion
+        self.works = {} if works is None else works
+        self.subs: dict = {}  # (node, digest of its demand) -> _Producers
+
+    def __call__(self, root: PNode) -> int:
+        need = np.zeros(root.layout.ntuples, bool)
+        need[result_copies(root.layout, root.type.ntuples)] = True
+        return self._sub(root, need, mask_digest(need), 0).fused
+
+    def _work(self, node: PNode, mask: np.ndarray, digest: bytes) -> NodeWork:
+        key = (node, digest)
+        w = self.works.get(key)
+        if w is None:
+            w = self.works[key] = NodeWork(node, mask)
+        return w
+
+    def _sub(self, node: PNode, mask: np.ndarray, digest: bytes, depth: int) -> _Producers:
+        key = (node, digest)
+        hit = self.subs.get(key)
+        if hit is None:
+            hit = self._added(node, mask, digest, depth)
+            if hit is None:
+                w = PlanWork([node], fusion=self.fusion, works=self.works, masks={node: mask})
+                hit = w.producers
+            self.subs[key] = hit
+        return hit
+
+    def _added(self, node: PNode, mask: np.ndarray, digest: bytes, depth: int) -> "_Producers | None":
+        kids = node.children
+        if depth > self._DEPTH or len(set(map(id, kids))) < len(kids):
+            return None
+        masks = child_demand(node, mask)
+        below = [self._sub(c, m, mask_digest(m), depth + 1) for c, m in zip(kids, masks)]
+        if any(s.closed for s in below):
+            return None
+        nodes = frozenset().union(*(s.nodes for s in below))
+        if len(nodes) < sum(len(s.nodes) for s in below):
+            return None  # a node in two children's subplans: its tasks have readers in both
+        w = self._work(node, mask, digest)
+        m = w.ntasks
+        codes = [s.codes for s in below if len(s.codes)]
+        if w.kind == "transfer" and len(w.task_tuple):
+            codes.append(np.sort(w.task_array.astype(np.int64) * node.nsites + w.task_site))
+        codes = np.sort(np.concatenate(codes)) if len(codes) > 1 else codes[0] if codes else _EMPTY
+        if len(codes) > 1 and (codes[1:] == codes[:-1]).any():
+            return None  # an array moved to one site twice: one move is a copy of the other
+        sizes = [len(s.site) for s in below]
+        b = sum(sizes)
+        offs = np.cumsum([0] + sizes[:-1]).tolist()
+        child_prod = [np.where(s.prod >= 0, s.prod + o, -1) for s, o in zip(below, offs)]
+        cat = (lambda f, own: np.concatenate([getattr(s, f) for s in below] + [own]))
+        site = cat("site", w.task_site if m else _EMPTY)
+        fusable = cat("fusable", np.full(m, w.kind in FUSABLE_KINDS))
+        late = cat("late", np.full(m, w.kind == "transfer"))
+        seconds = w.seconds(self.fusion.task_seconds) if m and w.kind in FUSABLE_KINDS and \
+            self.fusion.task_seconds is not None else np.zeros(m)
+        work_in = cat("work_in", np.asarray(seconds, dtype=np.float64))
+        depth_ = cat("depth", np.zeros(m, np.int64))
+        readers = cat("readers", np.zeros(m, np.int64))
+        prod = np.full(node.layout.ntuples, -1, np.int64)
+        made = w.made_by >= 0
+        if m:
+            prod[made] = b + w.made_by[made]
+        al = ~made & (w.alias >= 0)
+        if al.any():
+            prod[al] = child_prod[0][w.alias[al]]
+        fused = sum(s.fused for s in below)
+        if m and len(w.in_tuple):
+            sc, sp = _slots(w, b, child_prod)
+            ok = sp >= 0
+            spc = np.where(ok, sp, 0)
+            readers += np.bincount(sp[ok], minlength=len(readers))
+            if w.kind != "transfer":
+                late[b:] = np.bincount(sc[ok] - b, weights=late[spc[ok]], minlength=m) > 0
+                stays = np.zeros(len(site), bool)  # root producers: a reader above, or a result
+                ids = prod[mask]
+                stays[ids[ids >= 0]] = True
+                cand = ok & fusable[sc] & fusable[spc] & (readers[spc] == 1) & ~stays[spc] & (site[spc] == site[sc])
+                late_in = np.bincount(sc[ok] - b, weights=late[spc[ok]], minlength=m)
+                on_time = late_in[sc - b] - late[spc] == 0
+                fused += int(_fuse_into(sc, spc, cand, on_time, b, m, site, work_in, depth_, self.fusion).sum())
+        return _Producers.restricted(prod, mask, site, fusable, late, work_in, depth_, readers, fused,
+                                     nodes | {node} if m else nodes, codes, False)
 
 
 def _producer_ids(work: PlanWork, base: dict) -> dict:
