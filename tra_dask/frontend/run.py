@@ -179,6 +179,8 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
         narrow = built.get(key[:2] + (True,))
         if not quick and key not in built and narrow is not None and searched_alike(narrow[1], "quick", "auto"):
             built[key] = narrow  # the quick search's beam never bound: the full search's space is the same
+        if quick and key not in built and key[:2] + (False,) in built:
+            built[key] = built[key[:2] + (False,)]  # searched in full already: the plan it would come to
         if key not in built:
             def block(node, axis):
                 return min(blocks[cl.of[(node, axis)]], max(1, node.shape[axis]))
