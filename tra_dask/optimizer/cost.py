@@ -89,12 +89,20 @@ class Cost:
     parts: tuple = field(default=(), repr=False, compare=False)
     # the time model's path terms per ClusterSpec (optimizer.time): a cache, never copied
     seconds_memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # sums over the nodes, each made once (the objective reads them for every candidate)
+    _sums: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _sum(self, name: str) -> int:
+        got = self._sums.get(name)
+        if got is None:
+            got = self._sums[name] = sum(getattr(c, name) for c in self.nodes.values())
+        return got
 
     @property
     def tasks(self) -> int:
         """Dask tasks the lowered plan runs (a tie-breaker: fewer is simpler): the
         nodes' tasks less those fused into their readers after placement."""
-        return sum(c.tasks for c in self.nodes.values()) - self.fused
+        return self._sum("tasks") - self.fused
 
     def with_fused(self, fused: int) -> "Cost":
         """This cost for the plan with ``fused`` of its tasks run inside their readers
@@ -104,7 +112,7 @@ class Cost:
     @property
     def tuples(self) -> int:
         """Physical tuples over all nodes (a tie-breaker: filters early, fewer copies)."""
-        return sum(c.tuples for c in self.nodes.values())
+        return self._sum("tuples")
 
     @property
     def flops_balance(self) -> float:
