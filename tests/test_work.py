@@ -15,17 +15,17 @@ from dask.task_spec import List as DaskList
 from dask.task_spec import Task as DaskTask
 
 import tra_dask as td
+from tra_dask.frontend.run import build_local
 from tra_dask.keys import insert_dim, k0, k1
 from tra_dask.logical.evaluate import flatten_outputs
 from tra_dask.logical.sources import ClusterSource
 from tra_dask.lowering import lower, tasks
-from tra_dask.physical import (Broadcast, LocalAggregate, LocalJoin, Part, PSource, Shuffle, node_work,
-                               plan_work)
-from tra_dask.optimizer.time import fusion_for
 from tra_dask.node import toposort
 from tra_dask.optimizer import search as search_module
+from tra_dask.optimizer.time import fusion_for
+from tra_dask.physical import (Broadcast, LocalAggregate, LocalJoin, Part, PSource, Shuffle, node_work,
+                               plan_work)
 from tra_dask.physical.work import Fusion, FusedCounts
-from tra_dask.frontend.run import build_local
 from tra_dask.programs import (ffnn_forward, ffnn_sgd_step, ffnn_sgd_step_array, matmul, nearest_neighbor,
                                random_uniform)
 

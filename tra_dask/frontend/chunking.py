@@ -281,10 +281,8 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
     in memory.  ``estimate(blocks) -> seconds``, when given, is an analytic estimate
     (:class:`~tra_dask.frontend.estimate.Estimator`): every candidate chunking is
     ranked by it (all combinations, or coordinate descent where there are more than
-    :data:`EXHAUSTIVE`) and only the best :data:`PLANNED` are planned — the first by
-    ``final`` (the full search, when given: the estimate's best is usually the
-    winner), the others by ``evaluate``, and the best of those again by ``final``
-    when it beats the first's full plan —, going down the ranking
+    :data:`EXHAUSTIVE`) and only the best :data:`PLANNED` are planned by ``evaluate``
+    (and the best of those again by ``final``, the full search, when given), going down the ranking
     while none fits in memory (past chunkings whose block products are as large as one
     that did not fit); the least predicted seconds of those planned wins.
     Without it every chunking tried is planned by ``evaluate`` (coordinate descent)
@@ -335,8 +333,8 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
             for s0 in _uniform(cl, cands, free, start, {2 ** e for e in range((4 * sites).bit_length())} | {sites}):
                 _descend(cands, free, start, [s0], guess)
         ranked = sorted((v, k) for k, v in estimated.items())
+        plan_it = evaluate
         footprint = getattr(estimate, "footprint", None)
-        full: set = set()  # the chunkings planned with the full search
         planned = attempts = 0
         unfit = math.inf  # the smallest footprint of a chunking that did not fit
         for v, k in ranked:  # (an infinite estimate: a block product that fits no site's memory)
@@ -350,12 +348,8 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
             if k in tried and tried[k][1] < math.inf:
                 planned += 1
                 continue
-            try:  # the first that fits is searched in full at once: it is usually the winner
-                if final is not None and not planned:
-                    tried[k] = final(list(k))
-                    full.add(k)
-                else:
-                    tried[k] = evaluate(list(k))
+            try:
+                tried[k] = plan_it(list(k))
                 planned += 1
             except NoPlanFits as e:
                 tried[k] = (None, math.inf)
@@ -367,14 +361,11 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
         if not tried or all(v[1] == math.inf for v in tried.values()):
             raise NoPlanFits(tried_msg(cl, tried or {k: None for _, k in ranked}, refusals))
         best = list(min(tried, key=lambda k: tried[k][1]))
-        if final is not None and tuple(best) not in full:  # the winner planned again with the full search
+        if final is not None:  # the winner planned again with the full search
             try:
                 tried[tuple(best)] = final(best)
-                full.add(tuple(best))
             except NoPlanFits:
                 pass
-            else:  # (the full search may find less than it did for the first)
-                best = list(min(full, key=lambda k: tried[k][1]))
     elif search:
         best = _descend(cands, free, start, starts, cost)
     else:

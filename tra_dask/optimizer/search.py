@@ -320,7 +320,8 @@ class _Fused:
     (:mod:`tra_dask.physical.work` fuses a subplan's local chains after placement,
     removing tasks and nothing else): each candidate's key is its delivered cost with
     the tasks fusion removes from the subplan it roots.  Deriving a subplan's fusion
-    costs a few ms, so it is done by branch and bound: a candidate's seconds with every
+    (:class:`~tra_dask.physical.work.FusedCounts`, from its children's subplans) is
+    still the dearest part of a key, so it is done by branch and bound: a candidate's seconds with every
     one of its fusable tasks fused (its local computations' tasks below the root) bound
     its fused seconds from below, and candidates are fused in the order of that bound
     until it passes the ``beam``-th best placement signature's fused key, each one only
@@ -334,7 +335,7 @@ class _Fused:
         self.obj, self.delivered, self.score = obj, delivered, score
         self.fusion: dict = {}
         self.keys: dict = {}
-        self.works: dict = {}  # node works shared by the subplans fused (physical.work.plan_work)
+        self.works: dict = {}  # node works shared by the subplans counted (physical.work.FusedCounts)
 
     def key(self, c) -> tuple:
         k = self.keys.get(c)
