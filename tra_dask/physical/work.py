@@ -625,8 +625,7 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
     ok = sp >= 0
     spc = np.where(ok, sp, 0)
     late_in = np.bincount(sc[ok], weights=late[spc[ok]], minlength=total)  # late input slots of each reader
-    cand = ok & fusable[sc] & fusable[spc] & (readers[spc] == 1) & ~result[spc] & (site[spc] == site[sc])
-    on_time = late_in[sc] - late[spc] == 0  # the reader waits for no transfer the task could run under
+    cand, on_time = _candidates(sc, spc, ok, fusable, readers, result, site, late, late_in[sc])
     bounds = np.cumsum([0] + [len(c) for c in slot_c]).tolist()
     for lo, hi, (b, m) in zip(bounds[:-1], bounds[1:], slot_node):  # in plan order: fused inputs decided first
         cand[lo:hi] = _fuse_into(sc[lo:hi], spc[lo:hi], cand[lo:hi], on_time[lo:hi], b, m, site, work_in, depth,
@@ -654,6 +653,16 @@ def _slots(w: NodeWork, b: int, child_prod: list) -> tuple:
         at = w.in_child == c
         p[at] = ids[w.in_tuple[at]]
     return reader, p
+
+
+def _candidates(sc, spc, ok, fusable, readers, out, site, late, late_in) -> tuple:
+    """``(cand, on_time)`` over input slots (readers ``sc``, producers ``spc``, ``ok``
+    those made by a task): the slots whose producer may be fused into its reader at
+    all — both local computations, on one site, the producer read once and not in
+    ``out`` (a result, or a tuple read above) — and those whose reader waits for no
+    transfer the producer could run under (``late_in``: its reader's late input slots)."""
+    cand = ok & fusable[sc] & fusable[spc] & (readers[spc] == 1) & ~out[spc] & (site[spc] == site[sc])
+    return cand, late_in - late[spc] == 0
 
 
 def _fuse_into(sc, spc, cand, on_time, b: int, m: int, site, work_in, depth, fusion: Fusion) -> np.ndarray:
@@ -823,13 +832,12 @@ class FusedCounts:
             spc = np.where(ok, sp, 0)
             readers += np.bincount(sp[ok], minlength=len(readers))
             if w.kind != "transfer":
-                late[b:] = np.bincount(sc[ok] - b, weights=late[spc[ok]], minlength=m) > 0
+                late_in = np.bincount(sc[ok] - b, weights=late[spc[ok]], minlength=m)  # late input slots of each task
+                late[b:] = late_in > 0
                 stays = np.zeros(len(site), bool)  # root producers: a reader above, or a result
                 ids = prod[mask]
                 stays[ids[ids >= 0]] = True
-                cand = ok & fusable[sc] & fusable[spc] & (readers[spc] == 1) & ~stays[spc] & (site[spc] == site[sc])
-                late_in = np.bincount(sc[ok] - b, weights=late[spc[ok]], minlength=m)
-                on_time = late_in[sc - b] - late[spc] == 0
+                cand, on_time = _candidates(sc, spc, ok, fusable, readers, stays, site, late, late_in[sc - b])
                 fused += int(_fuse_into(sc, spc, cand, on_time, b, m, site, work_in, depth_, self.fusion).sum())
         return _Producers.restricted(prod, mask, site, fusable, late, work_in, depth_, readers, fused,
                                      nodes | {node} if m else nodes, codes, False)
