@@ -55,10 +55,13 @@ def _pid(client, worker):
 
 
 def _kill_one_of(client, workers, sig=signal.SIGKILL):
-    """Kill one of ``workers`` that is alive now; its address."""
-    alive = set(client.scheduler_info(n_workers=-1)["workers"])
-    victim = next(w for w in workers if w in alive)
-    os.kill(_pid(client, victim), sig)
+    """Kill one of ``workers`` that is alive now; its address.  The workers alive are
+    those that answer a call now (``client.scheduler_info()`` may answer from a cache
+    that lists no worker)."""
+    pids = client.run(os.getpid)
+    victim = next((w for w in workers if w in pids), None)
+    assert victim is not None, f"none of {workers} is alive: the workers are {sorted(pids)}"
+    os.kill(pids[victim], sig)
     return victim
 
 
