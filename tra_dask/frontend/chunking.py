@@ -272,7 +272,7 @@ def _descend(cands, free, start, starts, cost):
     return best
 
 
-def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> Choice:
+def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, settled: bool = False) -> Choice:
     """The chunking of the expression whose axis classes are ``cl`` with the least
     predicted seconds.
 
@@ -289,7 +289,9 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
     and ``final`` plans the :data:`FINALISTS` best again with the full search.
     With no free class there is nothing to choose; with one site free classes get one
     block unless no plan then fits in memory, and the search looks for a chunking
-    that does.
+    that does.  ``settled``: the caller compares nothing else under the chunking
+    chosen (no contraction order left open), so a chunking chosen without planning
+    any other is planned once, by ``final``, not by ``evaluate`` and again by ``final``.
     """
     t0 = time.perf_counter()
     cands = [cl.candidates(ci, sites) for ci in range(len(cl.classes))]
@@ -382,7 +384,10 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None) -> 
         if full:
             best = list(min(full, key=lambda k: full[k][1]))
             tried[tuple(best)] = full[tuple(best)]
-    plan, seconds = tried[tuple(best)] if tuple(best) in tried else evaluate(best)
+    if tuple(best) in tried:
+        plan, seconds = tried[tuple(best)]
+    else:  # nothing was planned to choose it: the one plan, in full where nothing else is compared
+        plan, seconds = final(best) if final is not None and settled else evaluate(best)
     if seconds == math.inf:
         raise NoPlanFits(tried_msg(cl, tried, refusals))
     choice = Choice(cl, best, plan, seconds, [(list(k), None if v[1] == math.inf else v[1]) for k, v in tried.items()],

@@ -206,12 +206,12 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
             return rel, best.with_stage(Stage("chunking", None, time.perf_counter() - t0, why)), None
     estimate = Estimator(cl, sites, spec, paths,
                          rechunk=lambda arr, cut: _rechunk_seconds(arr, sites, spec))
-    choice = choose(cl, sites, evaluate, final=lambda blocks: evaluate(blocks, quick=False), estimate=estimate)
+    orders = {node: contraction_paths(list(node.subs), node.out, dict(node.sizes))
+              for node in multi if node.optimize == "auto"}
+    choice = choose(cl, sites, evaluate, final=lambda blocks: evaluate(blocks, quick=False), estimate=estimate,
+                    settled=all(len(c) < 2 for c in orders.values()))
     notes = []
-    for node in multi:  # the contraction order: opt_einsum's candidates, costed under the chosen chunking
-        if node.optimize != "auto":
-            continue
-        cands = contraction_paths(list(node.subs), node.out, dict(node.sizes))
+    for node, cands in orders.items():  # the contraction order: opt_einsum's candidates, costed under the chosen chunking
         guesses = []  # each order's analytic estimate: the best ORDERS are planned
         for i, path in enumerate(cands):
             trial = dict(paths)
