@@ -527,7 +527,7 @@ class _CheckedCounts(FusedCounts):
 
 def test_the_search_ranks_by_the_fusions_the_whole_plan_pass_makes(monkeypatch):
     """Every candidate the time objective ranks after fusion (``search._Fused``) is
-    counted as the whole-plan pass would: the searches of the FFNN SGD step over
+    counted as the whole-plan pass would: the search of the FFNN SGD step over
     arrays in two row blocks (a DAG whose subexpressions are read twice: a quarter
     of its subplans' children share nodes)."""
     monkeypatch.setattr(search_module, "FusedCounts", _CheckedCounts)
