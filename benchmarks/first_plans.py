@@ -32,6 +32,8 @@ CASES = {
         "td.einsum('ij,jk,kl->il', A(600, 400), A(400, 500), A(500, 300))",
     "attention-like pipeline (4x256x64)": "attention()",
     "many-index abcdef,bcdfg->abcdeg (a=8)": "td.einsum('abcdef,bcdfg->abcdeg', A(*(8,) * 6), A(*(8,) * 5))",
+    "given chunks: bmm bij,bjk->bik (8x200x100, 8x100x200), chunks 50":
+        "td.einsum('bij,bjk->bik', A(8, 200, 100), A(8, 100, 200), chunks=50)",
 }
 
 CHILD = r"""

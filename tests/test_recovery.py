@@ -58,9 +58,16 @@ def _kill_one_of(client, workers, sig=signal.SIGKILL):
     """Kill one of ``workers`` that is alive now; its address.  The workers alive are
     those that answer a call now (``client.scheduler_info()`` may answer from a cache
     that lists no worker)."""
-    pids = client.run(os.getpid)
-    victim = next((w for w in workers if w in pids), None)
-    assert victim is not None, f"none of {workers} is alive: the workers are {sorted(pids)}"
+    deadline, pids, victim = time.monotonic() + 30, {}, None
+    while victim is None and time.monotonic() < deadline:
+        try:
+            pids = client.run(os.getpid)
+        except OSError:  # (a connection the loaded machine did not make in time: asked again)
+            pids = {}
+        victim = next((w for w in workers if w in pids), None)
+        if victim is None:
+            time.sleep(0.5)
+    assert victim is not None, f"none of {workers} is alive: the workers answering are {sorted(pids)}"
     os.kill(pids[victim], sig)
     return victim
 
