@@ -304,6 +304,31 @@ def test_array_steps_on_a_cluster_reuse_chunking_and_plan(client):
     assert all("cache" in names for _, names in notes[1:])  # the plan too
 
 
+def test_an_arrays_plan_is_the_one_its_compute_runs(client, monkeypatch):
+    """``x.plan()`` then ``x.compute()`` (the README's example): the plan explained is
+    the one compute runs, costed with the results' way back, and compute searches
+    nothing again; ``tra_dask.api.plan(x)`` is the plan ``td.submit`` runs, costed without it."""
+    import sys
+
+    from tra_dask.api import plan as submits_plan
+
+    searches = []
+    opt = sys.modules["tra_dask.optimizer.optimize"]
+    search = opt.search
+    monkeypatch.setattr(opt, "search", lambda *a, **k: searches.append(1) or search(*a, **k))
+    rng = np.random.default_rng(21)
+    a, b = rng.random((130, 90)), rng.random((90, 70))
+    y = np.maximum(td.einsum("ij,jk->ik", a, b), 0.5).sum(axis=1)
+    plan = y.plan(client)
+    assert searches and plan.stage("chunking").note
+    del searches[:]
+    np.testing.assert_allclose(y.compute(client), np.maximum(a @ b, 0.5).sum(axis=1))
+    assert not searches  # the chunking and the plan were made by y.plan()
+    assert plan.search.objective.spec(plan.sites).gathers == "array"
+    submitted = submits_plan(y, client)
+    assert submitted.search.objective.spec(submitted.sites).gathers is None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sites", [2, 3, 4])
 def test_interning_nodes_in_a_search_changes_no_plan(sites, monkeypatch):

@@ -751,8 +751,10 @@ class Array:
         return _run.build_local(self, sites=sites, memory_limit=memory_limit)
 
     def plan(self, client=None, sites=None, **kw):
-        """The plan :meth:`compute` runs (chunking included; ``plan.explain()``)."""
-        return _run.cluster_api().plan(self, client=client, sites=sites, **kw)
+        """The plan :meth:`compute` runs (chunking included; ``plan.explain()``): costed
+        with the results' way to the client, and remembered, so that :meth:`compute`
+        after it plans nothing again (:func:`tra_dask.api.plan` gives the plan ``td.submit`` runs)."""
+        return _run.cluster_api().plan(self, client=client, sites=sites, gathers="array", **kw)
 
     def compute(self, client=None, sites=None, **kw):
         """Run on the cluster (the current Dask client, else the embedded one) and

@@ -211,7 +211,7 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
     choice = choose(cl, sites, evaluate, final=lambda blocks: evaluate(blocks, quick=False), estimate=estimate,
                     settled=all(len(c) < 2 for c in orders.values()))
     notes = []
-    for node, cands in orders.items():  # the contraction order: opt_einsum's candidates, costed under the chosen chunking
+    for node, cands in orders.items():  # the contraction order: opt_einsum's candidates, costed under the chunking
         guesses = []  # each order's analytic estimate: the best ORDERS are planned
         for i, path in enumerate(cands):
             trial = dict(paths)

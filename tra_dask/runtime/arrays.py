@@ -20,11 +20,14 @@ from .submit import _Progress, _remember, _submit_planned, planned_on, target_fo
 __all__ = ["plan", "plan_on", "submit", "compute", "compute_local_or_cluster"]
 
 
-def plan(x, client=None, sites=None, *, calibrate: bool = True, memory_limit=None):
-    """``(plan, client, workers)`` for running ``x`` on a cluster."""
+def plan(x, client=None, sites=None, *, calibrate: bool = True, memory_limit=None, gathers=None):
+    """``(plan, client, workers)`` for running ``x`` on a cluster: the plan
+    :func:`submit` runs, or with ``gathers="array"`` the one :func:`compute` runs
+    (which then plans nothing again: the same structure on the same target)."""
     refuse_empty(x, "td.Array.plan")
     client, workers = _resolve(client or current_client(), sites)
-    return plan_on(x, client, workers, calibrate=calibrate, memory_limit=memory_limit), client, workers
+    return (plan_on(x, client, workers, calibrate=calibrate, memory_limit=memory_limit, gathers=gathers), client,
+            workers)
 
 
 def plan_on(x, client, workers, *, calibrate: bool = True, memory_limit=None, gathers=None):
