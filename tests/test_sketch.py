@@ -3,6 +3,7 @@ replayed plans compute the expression's result, move what they predict, and are 
 good as the full search's on the cases where both run; what is not sketched."""
 
 import contextlib
+import sys
 
 import numpy as np
 import pytest
@@ -26,23 +27,54 @@ def sketch_everything(floor=1):
         S.SKETCH_TUPLES, S._floor = saved
 
 
+class _NotSketched(Exception):
+    """td.optimize found no sketch of the program."""
+
+
+@contextlib.contextmanager
+def sketched_only():
+    """The block's first td.optimize raises :class:`_NotSketched` where it finds no
+    sketch (it would plan the program as test_soundness.py's property does: nothing of
+    the sketch to check); any later one plans as it would."""
+    opt = sys.modules["tra_dask.optimizer.optimize"]
+    make = opt.make_sketch
+    calls = []
+
+    def made(*args, **kw):
+        sk = make(*args, **kw)
+        calls.append(sk)
+        if sk is None and len(calls) == 1:
+            raise _NotSketched
+        return sk
+
+    opt.make_sketch = made
+    try:
+        yield
+    finally:
+        opt.make_sketch = make
+
+
 @pytest.mark.slow
 def test_sketched_plans_simulate_to_the_reference():
     """The soundness property (test_soundness.py) with every sketchable random program
     (no filter or concat, no key-by-key placement, dims long enough to cut) planned on a sketch of
     it: blocks cut as far as the sketch goes, ragged edges, fixed placements, several
-    outputs.  Counts how many programs were sketched: the property must have
+    outputs (the programs of no sketch are test_soundness.py's property's, not checked
+    again here).  Counts how many programs were sketched: the property must have
     exercised the sketch."""
     seen = {"examples": 0, "sketched": 0, "reduced": 0}
 
-    @settings(max_examples=400, deadline=None, derandomize=True, database=None,
+    @settings(max_examples=600, deadline=None, derandomize=True, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
     @given(programs())
     def prop(prog):
         outs, sites, placements = prog
         seen["examples"] += 1
-        with sketch_everything():
-            plan = check_every_plan(outs, sites, placements)
+        with sketch_everything(), sketched_only():
+            try:
+                plan = check_every_plan(outs, sites, placements)
+            except _NotSketched:
+                return
         sk = plan.search.sketch
         if sk is not None:
             seen["sketched"] += 1
@@ -50,8 +82,9 @@ def test_sketched_plans_simulate_to_the_reference():
             assert [s.name for s in plan.stages] == ["compile", "search", "replay", "check"]
 
     prop()
-    # the same 400 programs every run (derandomized: a count over random draws failed
-    # its floor now and then); 28 of them are planned on a reduced sketch
+    # the same 600 programs every run (derandomized: a count over random draws failed
+    # its floor now and then); 25 of them are planned on a reduced sketch (which ones
+    # Hypothesis draws depends on the test's code: 28 of 400 when every program was checked)
     assert seen["reduced"] >= 20, seen
 
 
