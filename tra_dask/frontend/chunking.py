@@ -335,7 +335,6 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
             for s0 in _uniform(cl, cands, free, start, {2 ** e for e in range((4 * sites).bit_length())} | {sites}):
                 _descend(cands, free, start, [s0], guess)
         ranked = sorted((v, k) for k, v in estimated.items())
-        plan_it = evaluate
         footprint = getattr(estimate, "footprint", None)
         planned = attempts = 0
         unfit = math.inf  # the smallest footprint of a chunking that did not fit
@@ -351,7 +350,7 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
                 planned += 1
                 continue
             try:
-                tried[k] = plan_it(list(k))
+                tried[k] = evaluate(list(k))
                 planned += 1
             except NoPlanFits as e:
                 tried[k] = (None, math.inf)

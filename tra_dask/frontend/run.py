@@ -164,9 +164,9 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
     cl = AxisClasses(roots)
     multi = _multi_paths(roots)
     paths = {n: p for n in multi if (p := _fixed_path(n)) is not None}
-    for n in multi:  # an automatic order starts as opt_einsum's best (what Builder would take)
-        if n not in paths:
-            paths[n] = contraction_paths(list(n.subs), n.out, dict(n.sizes))[0]
+    # an automatic order's candidates (opt_einsum's, once): it starts as their best (what Builder would take)
+    orders = {n: contraction_paths(list(n.subs), n.out, dict(n.sizes)) for n in multi if n not in paths}
+    paths.update((n, cands[0]) for n, cands in orders.items())
     built: dict = {}  # (blocks, paths, quick) -> (relation, plan)
 
     on_device = any(isinstance(n, Leaf) and is_device(getattr(n.data, "_meta", n.data)) for n in cl.nodes)
@@ -206,8 +206,6 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
             return rel, best.with_stage(Stage("chunking", None, time.perf_counter() - t0, why)), None
     estimate = Estimator(cl, sites, spec, paths,
                          rechunk=lambda arr, cut: _rechunk_seconds(arr, sites, spec))
-    orders = {node: contraction_paths(list(node.subs), node.out, dict(node.sizes))
-              for node in multi if node.optimize == "auto"}
     choice = choose(cl, sites, evaluate, final=lambda blocks: evaluate(blocks, quick=False), estimate=estimate,
                     settled=all(len(c) < 2 for c in orders.values()))
     notes = []
