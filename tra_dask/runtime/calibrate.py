@@ -20,7 +20,7 @@ A few seconds of measurements on the cluster itself (runtime layer: it talks to
   ``source`` says so and ``td.calibrate`` warns (rates read 4-17x low and task
   costs 4-12x high while other processes kept the development VM's cores busy);
 * **new memory** — the same way, the bytes/s at which a worker writes new arrays
-  as a plan's kernels make them: rounds of eight arrays of up to 16 MiB, kept
+  as a plan's kernels make them: rounds of four arrays of up to 16 MiB, kept
   together, then freed (a kernel's results live until their readers ran).  It is
   the worker's allocator that decides: one that keeps freed memory (the embedded
   cluster's workers, :func:`tra_dask.runtime.worker_config`) writes into memory it
@@ -48,7 +48,7 @@ A few seconds of measurements on the cluster itself (runtime layer: it talks to
   submission and per task;
 * **the matmul rate in a plan** — a multiply in 1024² blocks on persisted inputs
   with enough block products to keep every worker busy, planned for the time
-  objective and run (once untimed, then the best of three): the rate at which the
+  objective and run three times (the best kept): the rate at which the
   model predicts its wall time replaces the kernel's solo peak when lower (kernels
   share the cores with the scheduler, the client and transfers);
 * **GPUs** — where every worker has one (cupy sees a device), one worker per device
@@ -126,7 +126,8 @@ def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.3,
     spreads = []
 
     def probe(fn, work, window):
-        got = quiet_reading([_throughput(fn, work, window / REPEATS) for _ in range(REPEATS)])
+        fn()  # untimed, once: the windows that follow run warm, one after the other
+        got = quiet_reading([_throughput(fn, work, window / REPEATS, warm=False) for _ in range(REPEATS)])
         spreads.append(got[1])
         return got[0]
 
@@ -140,13 +141,15 @@ def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.3,
     # then freed, the next round written where the worker's allocator puts it (after
     # the untimed first round: memory the worker already touched, if it keeps freed
     # memory; fresh pages each time if it returns it to the OS, as Dask's defaults do)
+    # (four arrays a round: rounds of eight read the same rates here, 3.6-4.4 GB/s with
+    # Dask's malloc settings and 7.7-9.2 with the embedded cluster's, in twice the time)
     m = max(1, min(2 * elems, fresh_bytes // 64))
 
     def one_round():
-        kept = [_np.ones(m) for _ in range(8)]
+        kept = [_np.ones(m) for _ in range(4)]
         return len(kept)
 
-    out["fresh"] = probe(one_round, 64.0 * m, seconds / 2)
+    out["fresh"] = probe(one_round, 32.0 * m, seconds / 2)
     out["exp"] = probe(lambda: _np.exp(x, out=z), float(elems), seconds / 4)  # a compute-bound elementwise kernel
     for n in sizes:
         a, b = rng.random((n, n)), rng.random((n, n))
@@ -205,11 +208,13 @@ def _float32_speedup(rng, n: int, seconds: float) -> float:
     return t64 / max(t32, 1e-9)
 
 
-def _throughput(fn, work: float, seconds: float, clock=time.perf_counter) -> float:
+def _throughput(fn, work: float, seconds: float, clock=time.perf_counter, warm: bool = True) -> float:
     """``work`` per second of ``fn`` over a window of at least ``seconds`` and three
-    calls, after one untimed call: all the calls' work over all their time (a slow
-    call counts, as it does in a plan), not the fastest call's rate."""
-    fn()
+    calls, after one untimed call (``warm``; False where ``fn`` just ran): all the
+    calls' work over all their time (a slow call counts, as it does in a plan), not
+    the fastest call's rate."""
+    if warm:
+        fn()
     t0 = clock()
     reps = 0
     while clock() < t0 + seconds or reps < 3:
@@ -332,20 +337,23 @@ def _blas_fit(r_small: float, r_large: float, small: int = 64, large: int = 512)
     return r_large * (1 + half / large), half
 
 
-def _overheads(client, workers, runs: int = 5) -> tuple[float, float, float]:
+def _overheads(client, workers, runs: tuple = (5, 3)) -> tuple[float, float, float]:
     """``(per submission, per task, spread)`` seconds: plans on tiny chunks with few
-    and many tasks, each run ``runs`` times, the quiet reading of each
+    and many tasks, run ``runs`` times each, the quiet reading of each
     (:func:`quiet_reading`: a low quantile), and the line through them; ``spread``:
-    how far the runs of one plan disagreed."""
+    how far the runs of one plan disagreed.  The many-task plan's runs average over
+    its many tasks (144 on 2 workers), so three of them do (their per-task readings on the development VM:
+    1.6-2.3 ms in four calibrations, against 1.9-2.5 ms from five runs, in 60% of
+    the time); the one-task plan's is one scheduler round trip, read five times."""
     from .submit import submit
 
     points, spread = [], 1.0
-    for n in (1, 6):
+    for n, times in zip((1, 6), runs):
         e = matmul(random_uniform((4 * n, 4 * n), (4, 4), seed=1, name="A"),
                    random_uniform((4 * n, 4 * n), (4, 4), seed=2, name="B"))
         plan = optimize(e, sites=len(workers), objective="bytes")
         walls = []
-        for _ in range(runs):
+        for _ in range(times):
             t0 = time.perf_counter()
             submit(plan, client=client, sites=workers).wait()
             walls.append(time.perf_counter() - t0)
@@ -363,8 +371,9 @@ def _in_situ(client, workers, spec: ClusterSpec, build, shape: tuple, chunk: int
     actually takes.  ``build(A, B)`` makes the plan's expression over two ``shape``
     inputs in ``chunk``² blocks, persisted where Dask puts them; it is planned as the
     model would (objective "time" on ``spec``: every worker busy), submitted and
-    waited for once untimed (a worker's first large allocations fault their pages in),
-    then the best of three; ``with_rate(v)`` is ``spec`` with the parameter ``v``,
+    waited for three times, the best kept (a first run after the probes above was not
+    slower than the next ones: 0.40-0.45 s against 0.40-0.46 s for 1024² blocks on 2
+    workers of the development VM); ``with_rate(v)`` is ``spec`` with the parameter ``v``,
     bisected (geometrically) in ``[lo, hi]`` — the predicted time falls as it grows."""
     import math
 
@@ -377,12 +386,15 @@ def _in_situ(client, workers, spec: ClusterSpec, build, shape: tuple, chunk: int
     a, b = (client.persist(rng.random(shape, chunks=chunk)) for _ in range(2))
     _wait_done(futures_of([a, b]), client, workers)  # distributed.wait would need a default client
     expr = build(from_dask_array(a, client=client, name="A"), from_dask_array(b, client=client, name="B"))
-    runs = []
-    for i in range(4):
-        for attempt in range(5):  # planned each time: a chunk's copies come and go (the last run's fetches)
+    runs, plans = [], {}
+    for _ in range(3):
+        for attempt in range(5):  # placed each time: a chunk's copies come and go (the last run's fetches)
             expr = refresh_sources(expr, client)
-            plan = optimize(expr, sites=len(workers), placements=_cluster_placements(expr, client, workers),
-                             objective="time", cluster=spec)
+            where = _cluster_placements(expr, client, workers)
+            at = (expr, tuple(where.items()))  # (the search is deterministic: same placements, same plan)
+            if at not in plans:
+                plans[at] = optimize(expr, sites=len(workers), placements=where, objective="time", cluster=spec)
+            plan = plans[at]
             t0 = time.perf_counter()
             try:
                 run = submit(plan, client=client, sites=workers)
@@ -392,8 +404,7 @@ def _in_situ(client, workers, spec: ClusterSpec, build, shape: tuple, chunk: int
                     raise
                 time.sleep(0.05)
         run.wait()
-        if i:
-            runs.append((time.perf_counter() - t0, plan))
+        runs.append((time.perf_counter() - t0, plan))
     measured, plan = min(runs, key=lambda r: r[0])
 
     def predicted(v):
