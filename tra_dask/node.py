@@ -79,8 +79,10 @@ class Node(ABC):
         try:  # the planner hashes nodes millions of times (dict keys): the cached path is a lookup
             return self.__dict__["_hash"]
         except KeyError:
-            h = hash((type(self).__name__, self._params(), tuple(hash(c) for c in self.children)))
+            p = self._params()
+            h = hash((type(self).__name__, p, tuple(hash(c) for c in self.children)))
             object.__setattr__(self, "_hash", h)
+            object.__setattr__(self, "_params_memo", p)  # (hashed: the parameters are final)
             return h
 
     def __eq__(self, other) -> bool:

@@ -62,6 +62,7 @@ class PNode(Node):
                 # node equality stops here while the block lasts (Node.__eq__)
                 object.__setattr__(self, "_canon", same.__dict__.get("_canon", same))
                 table.made.append(weakref.ref(self))
+                object.__setattr__(self, "_params_memo", key[1])  # (no type rule ran: as computed above)
                 hash(self)
                 return
         super().__post_init__()
