@@ -40,6 +40,7 @@ No dask here: this module is pure numpy over layouts.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -476,7 +477,7 @@ class PlanWork:
 
     def fused_in(self, node: PNode) -> int:
         """How many of ``node``'s tasks run inside their readers."""
-        return sum(1 for n, _ in self.into if n is node)
+        return self.into.per_node().get(node, 0) if self.into else 0
 
     @property
     def floats_moved(self) -> int:
@@ -630,14 +631,51 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
     for lo, hi, (b, m) in zip(bounds[:-1], bounds[1:], slot_node):  # in plan order: fused inputs decided first
         cand[lo:hi] = _fuse_into(sc[lo:hi], spc[lo:hi], cand[lo:hi], on_time[lo:hi], b, m, site, work_in, depth,
                                  fusion)
-    c, p = sc[cand], sp[cand]
-    starts = np.array([base[n] for n in order], np.int64)
-
-    def named(g):
-        k = np.searchsorted(starts, g, side="right") - 1
-        return [(order[a], t) for a, t in zip(k.tolist(), (g - starts[k]).tolist())]
-    into = dict(zip(named(p), named(c)))
+    into = Fused(order, np.array([base[n] for n in order], np.int64), sp[cand], sc[cand])
     return into, _Producers.of(work, prod, site, fusable, late, work_in, depth, readers, len(into))
+
+
+class Fused(Mapping):
+    """``PlanWork.into``: ``{(node, task): (reader node, its task)}`` for the tasks
+    fused into their readers, kept as the fusion pass found them (global task ids:
+    node ``order[i]``'s tasks from ``starts[i]``; ``producer[j]`` runs inside
+    ``reader[j]``).  Its length and its counts per node are read off the arrays; the
+    pairs are named (node, task) only when a caller reads them (the lowering): the
+    search and the cost count the fused tasks of whole plans with millions of tasks,
+    where a dict of them held gigabytes."""
+
+    def __init__(self, order: list, starts: np.ndarray, producer: np.ndarray, reader: np.ndarray):
+        self._order, self._starts, self._producer, self._reader = order, starts, producer, reader
+        self._dict = None
+
+    def _node_of(self, g: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self._starts, g, side="right") - 1
+
+    def _named(self, g: np.ndarray) -> list:
+        k = self._node_of(g)
+        return [(self._order[a], t) for a, t in zip(k.tolist(), (g - self._starts[k]).tolist())]
+
+    def _pairs(self) -> dict:
+        if self._dict is None:
+            self._dict = dict(zip(self._named(self._producer), self._named(self._reader)))
+        return self._dict
+
+    def __len__(self) -> int:
+        return len(self._producer)
+
+    def __getitem__(self, key):
+        return self._pairs()[key]
+
+    def __iter__(self):
+        return iter(self._pairs())
+
+    def __contains__(self, key) -> bool:
+        return key in self._pairs()
+
+    def per_node(self) -> dict:
+        """``{node: how many of its tasks are fused into their readers}`` (nodes with none left out)."""
+        counts = np.bincount(self._node_of(self._producer), minlength=len(self._order))
+        return {self._order[i]: int(counts[i]) for i in np.flatnonzero(counts).tolist()}
 
 
 def _slots(w: NodeWork, b: int, child_prod: list) -> tuple:

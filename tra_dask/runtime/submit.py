@@ -6,7 +6,6 @@ import threading
 import time
 import uuid
 import weakref
-from collections import Counter
 
 import dask
 from distributed import Client, Future
@@ -437,7 +436,7 @@ def _publish(plan: Plan, lowered: Lowered, client: Client, name: str | None = No
     keys = sorted(lowered.graph_keys(), key=str)  # tasks (scattered chunks are data, not tasks)
     order = lowered.work.order
     index = {n: i for i, n in enumerate(order)}
-    fused = Counter(n for n, _ in lowered.work.into)
+    fused = lowered.work.into.per_node() if lowered.work.into else {}
     record = {
         "token": lowered.token,
         "label": " + ".join(_title(o) for o in plan.outputs),
