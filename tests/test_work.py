@@ -123,6 +123,8 @@ def check_work(plan):
     for i, n in enumerate(work.order):
         assert (by_node.get(f"{n._op}-{i}-tok", 0) + work.fused_in(n) == plan.cost.nodes[n].tasks
                 == work[n].ntasks), (i, n._op)
+    # the fused pairs, counted off the pass's arrays (len, per node) and named (items) alike
+    assert len(work.into) == len(dict(work.into.items())) == sum(work.fused_in(n) for n in work.order)
     index = {n: i for i, n in enumerate(work.order)}
     tkey = lambda n, t: (f"{n._op}-{index[n]}-tok", int(work[n].task_tuple[t]))  # noqa: E731
     for (n, t), (rn, rt) in work.into.items():  # nested in its reader's task, on the same site, off the graph
