@@ -465,7 +465,7 @@ class PlanWork:
                     own.tolist(), w.task_array[own].tolist(), w.task_src[own].tolist(),
                     w.task_site[own].tolist(), w.task_floats[own].tolist())]
                 base += len(f)
-        self.into, self.producers = _fusion(self, fusion) if fuse else ({}, None)
+        self.into, self.producers = _fusion(self, fusion) if fuse else (Fused.none(), None)
 
     def __getitem__(self, node: PNode) -> NodeWork:
         return self.nodes[node]
@@ -477,7 +477,7 @@ class PlanWork:
 
     def fused_in(self, node: PNode) -> int:
         """How many of ``node``'s tasks run inside their readers."""
-        return self.into.per_node().get(node, 0) if self.into else 0
+        return self.into.per_node().get(node, 0)
 
     @property
     def floats_moved(self) -> int:
@@ -579,7 +579,7 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
         total += work.nodes[n].ntasks
     prod = _producer_ids(work, base)
     if not total:
-        return {}, _Producers.of(work, prod, *([_EMPTY] * 6), 0)
+        return Fused.none(), _Producers.of(work, prod, *([_EMPTY] * 6), 0)
     copies: dict = {}
     for (n, t), first in work.via.items():
         copies.setdefault(n, []).append((t, first))
@@ -620,7 +620,7 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
     work_in = seconds  # a task's seconds with those of the tasks fused into it
     depth = np.zeros(total, np.int64)  # how deep the calls fused into a task nest
     if not slot_c:  # no task reads another (sources only)
-        return {}, _Producers.of(work, prod, site, fusable, late, work_in, depth, np.zeros(total, np.int64), 0)
+        return Fused.none(), _Producers.of(work, prod, site, fusable, late, work_in, depth, np.zeros(total, np.int64), 0)
     sc, sp = np.concatenate(slot_c), np.concatenate(slot_p)
     readers = np.bincount(sp[sp >= 0], minlength=total)
     ok = sp >= 0
@@ -646,7 +646,15 @@ class Fused(Mapping):
 
     def __init__(self, order: list, starts: np.ndarray, producer: np.ndarray, reader: np.ndarray):
         self._order, self._starts, self._producer, self._reader = order, starts, producer, reader
-        self._dict = None
+        self._dict = self._counts = None
+
+    @classmethod
+    def none(cls) -> "Fused":
+        """No task fused (fusion off, or a plan with no task that reads another)."""
+        return cls([], _EMPTY, _EMPTY, _EMPTY)
+
+    def __repr__(self):
+        return f"<Fused: {len(self)} tasks into their readers>"
 
     def _node_of(self, g: np.ndarray) -> np.ndarray:
         return np.searchsorted(self._starts, g, side="right") - 1
@@ -673,9 +681,12 @@ class Fused(Mapping):
         return key in self._pairs()
 
     def per_node(self) -> dict:
-        """``{node: how many of its tasks are fused into their readers}`` (nodes with none left out)."""
-        counts = np.bincount(self._node_of(self._producer), minlength=len(self._order))
-        return {self._order[i]: int(counts[i]) for i in np.flatnonzero(counts).tolist()}
+        """``{node: how many of its tasks are fused into their readers}`` (nodes with none
+        left out; made once)."""
+        if self._counts is None:
+            counts = np.bincount(self._node_of(self._producer), minlength=len(self._order))
+            self._counts = {self._order[i]: int(counts[i]) for i in np.flatnonzero(counts).tolist()}
+        return self._counts
 
 
 def _slots(w: NodeWork, b: int, child_prod: list) -> tuple:

@@ -436,7 +436,7 @@ def _publish(plan: Plan, lowered: Lowered, client: Client, name: str | None = No
     keys = sorted(lowered.graph_keys(), key=str)  # tasks (scattered chunks are data, not tasks)
     order = lowered.work.order
     index = {n: i for i, n in enumerate(order)}
-    fused = lowered.work.into.per_node() if lowered.work.into else {}
+    fused = lowered.work.into.per_node()
     record = {
         "token": lowered.token,
         "label": " + ".join(_title(o) for o in plan.outputs),
