@@ -621,13 +621,15 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
     depth = np.zeros(total, np.int64)  # how deep the calls fused into a task nest
     if not slot_c:  # no task reads another (sources only)
         return Fused.none(), _Producers.of(work, prod, site, fusable, late, work_in, depth, np.zeros(total, np.int64), 0)
+    bounds = np.cumsum([0] + [len(c) for c in slot_c]).tolist()
     sc, sp = np.concatenate(slot_c), np.concatenate(slot_p)
-    readers = np.bincount(sp[sp >= 0], minlength=total)
+    del slot_c, slot_p  # (one copy of the slots at a time: a plan's largest arrays)
     ok = sp >= 0
+    readers = np.bincount(sp[ok], minlength=total)
     spc = np.where(ok, sp, 0)
     late_in = np.bincount(sc[ok], weights=late[spc[ok]], minlength=total)  # late input slots of each reader
     cand, on_time = _candidates(sc, spc, ok, fusable, readers, result, site, late, late_in[sc])
-    bounds = np.cumsum([0] + [len(c) for c in slot_c]).tolist()
+    del ok, late_in
     for lo, hi, (b, m) in zip(bounds[:-1], bounds[1:], slot_node):  # in plan order: fused inputs decided first
         cand[lo:hi] = _fuse_into(sc[lo:hi], spc[lo:hi], cand[lo:hi], on_time[lo:hi], b, m, site, work_in, depth,
                                  fusion)
