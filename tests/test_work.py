@@ -271,6 +271,21 @@ def test_an_array_moved_to_a_site_twice_travels_once():
     check_work(plan)
 
 
+def test_planning_counts_fused_tasks_without_naming_them():
+    """The time objective ranks whole plans by their fused tasks: a plan of many tasks
+    is planned without naming its fused pairs ``(node, task)`` (a dict of millions of
+    tuples at 10^4 blocks per input); the lowering names them, and they are what the
+    count says."""
+    a = td.from_function(lambda key: np.ones((2, 2)), (40, 40), (2, 2), "float64", name="A")
+    b = td.from_function(lambda key: np.ones((2, 2)), (40, 40), (2, 2), "float64", name="B")
+    plan = td.optimize(matmul(a, b), sites=4)
+    into = plan.work.into
+    assert len(into) > 100 and into._dict is None  # counted, not named
+    lowered = lower(plan, _workers(plan.sites), "tok")
+    assert into._dict is not None and len(dict(into.items())) == len(into)
+    assert plan.cost.tasks == lowered.ntasks == plan.work.ntasks
+
+
 def test_node_work_alone_counts_what_the_cost_model_counts():
     plan = td.compile(SGD, 3)
     need = plan_work(plan).need
