@@ -620,7 +620,8 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
     work_in = seconds  # a task's seconds with those of the tasks fused into it
     depth = np.zeros(total, np.int64)  # how deep the calls fused into a task nest
     if not slot_c:  # no task reads another (sources only)
-        return Fused.none(), _Producers.of(work, prod, site, fusable, late, work_in, depth, np.zeros(total, np.int64), 0)
+        readers = np.zeros(total, np.int64)
+        return Fused.none(), _Producers.of(work, prod, site, fusable, late, work_in, depth, readers, 0)
     bounds = np.cumsum([0] + [len(c) for c in slot_c]).tolist()
     sc, sp = np.concatenate(slot_c), np.concatenate(slot_p)
     del slot_c, slot_p  # (one copy of the slots at a time: a plan's largest arrays)

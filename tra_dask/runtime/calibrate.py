@@ -141,8 +141,7 @@ def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.3,
     # then freed, the next round written where the worker's allocator puts it (after
     # the untimed first round: memory the worker already touched, if it keeps freed
     # memory; fresh pages each time if it returns it to the OS, as Dask's defaults do)
-    # (four arrays a round: rounds of eight read the same rates here, 3.6-4.4 GB/s with
-    # Dask's malloc settings and 7.7-9.2 with the embedded cluster's, in twice the time)
+    # (four arrays a round read the rates eight did, in half the time: benchmarks/README.md)
     m = max(1, min(2 * elems, fresh_bytes // 64))
 
     def one_round():
@@ -341,10 +340,9 @@ def _overheads(client, workers, runs: tuple = (5, 3)) -> tuple[float, float, flo
     """``(per submission, per task, spread)`` seconds: plans on tiny chunks with few
     and many tasks, run ``runs`` times each, the quiet reading of each
     (:func:`quiet_reading`: a low quantile), and the line through them; ``spread``:
-    how far the runs of one plan disagreed.  The many-task plan's runs average over
-    its many tasks (144 on 2 workers), so three of them do (their per-task readings on the development VM:
-    1.6-2.3 ms in four calibrations, against 1.9-2.5 ms from five runs, in 60% of
-    the time); the one-task plan's is one scheduler round trip, read five times."""
+    how far the runs of one plan disagreed.  The one-task plan's run is one scheduler
+    round trip, read five times; the many-task plan's averages over its tasks, read
+    three times (benchmarks/README.md, "Calibration time")."""
     from .submit import submit
 
     points, spread = [], 1.0
@@ -371,9 +369,8 @@ def _in_situ(client, workers, spec: ClusterSpec, build, shape: tuple, chunk: int
     actually takes.  ``build(A, B)`` makes the plan's expression over two ``shape``
     inputs in ``chunk``² blocks, persisted where Dask puts them; it is planned as the
     model would (objective "time" on ``spec``: every worker busy), submitted and
-    waited for three times, the best kept (a first run after the probes above was not
-    slower than the next ones: 0.40-0.45 s against 0.40-0.46 s for 1024² blocks on 2
-    workers of the development VM); ``with_rate(v)`` is ``spec`` with the parameter ``v``,
+    waited for three times, the best kept (the first run, after the probes above,
+    is not slower than the next); ``with_rate(v)`` is ``spec`` with the parameter ``v``,
     bisected (geometrically) in ``[lo, hi]`` — the predicted time falls as it grows."""
     import math
 
