@@ -110,3 +110,42 @@ def test_orders_estimated_far_slower_are_not_planned(plans):
     planned_chunkings = int(note.split("least predicted time of ")[1].split(" ")[0])
     assert len(plans) == planned_chunkings + 1, plans  # each chunking quick, the winner in full, no second order
     assert [o for _, o in plans].count("auto") == 1
+
+
+@pytest.mark.parametrize("expr,sites", [
+    (lambda: td.einsum("ab,bc,cd,de,ef->af", *[arr(4096, 4096) for _ in range(5)]), 16),
+    (lambda: td.einsum("ij,jk,kl->il", arr(600, 400), arr(400, 500), arr(500, 300)), 2),
+    (lambda: td.einsum("abcdef,bcdfg->abcdeg", arr(*(24,) * 6), arr(*(24,) * 5)), 16),
+    (lambda: td.einsum("bij,bjk->bik", arr(8, 200, 100), arr(8, 100, 200)), 3),
+])
+def test_the_quick_searches_choose_what_the_wider_quick_search_chose(expr, sites, monkeypatch):
+    """The chunk choice compares chunkings and contraction orders by quick searches of two
+    rounds with no least-traffic candidates beyond the beam (target.SEARCH_OPTIONS):
+    fewer candidates than the beam of two with the full closure and those candidates,
+    and the same chunking, order and plan cost."""
+    from tra_dask.optimizer import target as T
+
+    def choose(quick):
+        monkeypatch.setitem(T.SEARCH_OPTIONS, "quick", quick)
+        run._CHOICES.clear()
+        seen = []
+        orig = run.optimize
+
+        def counted(*a, **k):
+            p = orig(*a, **k)
+            if k.get("options") == "quick":
+                seen.append(p.search.candidates)
+            return p
+
+        monkeypatch.setattr(run, "optimize", counted)
+        _, plan = run.build_local(expr(), sites=sites)
+        monkeypatch.setattr(run, "optimize", orig)
+        return plan, seen
+
+    narrow, quick = choose(T.SEARCH_OPTIONS["quick"])
+    assert (T.SEARCH_OPTIONS["quick"].rounds, T.SEARCH_OPTIONS["quick"].least_traffic) == (2, False)
+    wide, wide_quick = choose(T.SearchOptions("quick", beam=2))
+    assert narrow.stage("chunking").note == wide.stage("chunking").note
+    assert narrow.cost.seconds == pytest.approx(wide.cost.seconds, rel=1e-9)
+    assert narrow.cost.floats_moved == wide.cost.floats_moved
+    assert sum(quick) < sum(wide_quick), (quick, wide_quick)

@@ -40,7 +40,8 @@ def test_named_search_options():
     e = _expr()
     assert set(SEARCH_OPTIONS) >= {"auto", "quick", "full"} and SEARCH_OPTIONS["quick"].beam == 2
     quick = td.optimize(e, 4, options="quick")
-    assert td.optimize(e, 4, options=SearchOptions("mine", beam=2)).outputs == quick.outputs
+    mine = SearchOptions("mine", beam=2, rounds=2, least_traffic=False)  # quick's fields, another name
+    assert td.optimize(e, 4, options=mine).outputs == quick.outputs
     # a keyword overrides the named options' field: a budget of one rewrite cuts the search short
     assert td.optimize(e, 4, options="quick", budget=1).search.truncated
 
@@ -61,3 +62,7 @@ def test_bad_planning_context_is_refused_early():
         Target(2, cluster={"sites": 2})
     with pytest.raises(ValueError, match="beam must be an int >= 1"):
         SearchOptions("bad", beam=0)
+    with pytest.raises(ValueError, match="rounds must be an int >= 1"):
+        SearchOptions("bad", rounds=0)
+    with pytest.raises(ValueError, match="least_traffic must be True or False"):
+        SearchOptions("bad", least_traffic=1)

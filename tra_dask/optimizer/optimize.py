@@ -105,7 +105,7 @@ def optimize(expr, target=None, cost_model: str | None = None, memory_limit=None
         sources = [n for n in toposort(outputs) if isinstance(n, Source)]
         sk = make_sketch(outputs, sites, _resolve_placements(placements, sources, sites))
     if sk is not None:
-        res = _search_sketch(expr, outputs, sk, sites, cost_model, obj, budget, beam, rules, stages)
+        res = _search_sketch(expr, outputs, sk, sites, cost_model, obj, opts, rules, stages)
     if res is None:
         stages.clear()
         t0 = time.perf_counter()
@@ -114,7 +114,8 @@ def optimize(expr, target=None, cost_model: str | None = None, memory_limit=None
         if until == "compile":
             return Plan(compiled.outputs, rebuild, sites, cost_model, expr, stages=stages)
         t0 = time.perf_counter()
-        res = search(list(compiled.outputs), rules, model=cost_model, objective=obj, budget=budget, beam=beam)
+        res = search(list(compiled.outputs), rules, model=cost_model, objective=obj, budget=budget, beam=beam,
+                     rounds=opts.rounds, least_traffic=opts.least_traffic)
         stages.append(Stage("search", _plan(res.best, rebuild, sites, cost_model, expr, res.best_cost),
                             time.perf_counter() - t0, _search_note(res)))
     else:
@@ -327,7 +328,7 @@ def _search_note(res: SearchResult) -> str:
             + (" (budget exhausted)" if res.truncated else ""))
 
 
-def _search_sketch(expr, outputs, sk, sites, cost_model, obj, budget, beam, rules, stages) -> SearchResult | None:
+def _search_sketch(expr, outputs, sk, sites, cost_model, obj, opts, rules, stages) -> SearchResult | None:
     """Search the sketch, replay its best plans at full size (:mod:`.sketch`); None
     when no sketch plan replays (the caller then searches at full size)."""
     t0 = time.perf_counter()
@@ -336,7 +337,8 @@ def _search_sketch(expr, outputs, sk, sites, cost_model, obj, budget, beam, rule
                         f"the paper's initial IA plan of a sketch: blocks / {sk.factor:.2f} along long dims, "
                         f"largest relation {sk.tuples:,} tuples (the expression's: {sk.full_tuples:,})"))
     t0 = time.perf_counter()
-    res = search(list(compiled.outputs), rules, model=cost_model, objective=obj, budget=budget, beam=beam)
+    res = search(list(compiled.outputs), rules, model=cost_model, objective=obj, budget=opts.budget, beam=opts.beam,
+                 rounds=opts.rounds, least_traffic=opts.least_traffic)
     stages.append(Stage("search", _plan(res.best, compiled.rebuild, sites, cost_model, None, res.best_cost),
                         time.perf_counter() - t0, _search_note(res) + " (on the sketch)"))
     t0 = time.perf_counter()

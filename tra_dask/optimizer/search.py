@@ -19,7 +19,8 @@ orders, Cascades' required properties).  For each node:
 3. *Pruning*: the cheapest candidate per *placement signature* is kept, for the
    ``beam`` cheapest signatures — and, for an objective with an error band (the time
    objective), the candidate that moves fewest floats, so that a plan of much less
-   traffic stays among the final choices.  The signature is the exact layout and, for a
+   traffic stays among the final choices (``least_traffic``; the chunk choice's quick
+   searches, which compare predicted seconds only, do without it).  The signature is the exact layout and, for a
    Broadcast or Shuffle, also the layout of what it moves: a rule above may drop
    the move (the consumer is already co-located with that input), so two moves with
    the same output but different inputs are different interesting plans.
@@ -180,23 +181,27 @@ def delivered_cost(root: PNode, model: str = "exact") -> Cost:
 
 def search(outputs, rules, *, model: str = "exact", objective: Objective | None = None,
            memory_limit: float | None = None, budget: int = 50_000, beam: int = 6, rounds: int = 3,
-           final: int = 64, reshare: int = 3) -> SearchResult:
+           final: int = 64, reshare: int = 3, least_traffic: bool = True) -> SearchResult:
     """The cheapest plan equivalent to ``outputs`` (compiled IA nodes) under ``rules``
     (see the module docstring).  ``beam``: placement signatures kept per node;
-    ``final``: candidates per output costed exactly at the end; ``reshare``: rounds
-    of planning a twice-computed subexpression's readers over one of its candidates."""
+    ``rounds``: rewriting rounds of a node's closure; ``final``: candidates per output
+    costed exactly at the end; ``reshare``: rounds of planning a twice-computed
+    subexpression's readers over one of its candidates; ``least_traffic``: under an
+    objective with an error band, each node also keeps its least-traffic candidate."""
     outputs = canonical(list(outputs))
     with contraction_memo(), interned(toposort(outputs)):
-        return _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds, final, reshare)
+        return _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds, final, reshare,
+                       least_traffic)
 
 
-def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds, final, reshare) -> SearchResult:
+def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds, final, reshare,
+            least_traffic) -> SearchResult:
     for name, v in (("budget", budget), ("beam", beam), ("rounds", rounds), ("final", final), ("reshare", reshare)):
         least = 0 if name == "reshare" else 1
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
             raise ValueError(f"the search's {name} must be an int >= {least}, got {v!r}")
     obj = objective if objective is not None else FewestBytes(memory_limit)
-    traffic = getattr(obj, "band", 0.0) > 0  # keep each node's least-traffic candidate too
+    traffic = least_traffic and getattr(obj, "band", 0.0) > 0  # keep each node's least-traffic candidate too
     b = _Budget(int(budget))
     bound = [False]  # whether the beam dropped a placement signature at some node
     delivered = DeliveredCosts(model)

@@ -33,15 +33,24 @@ __all__ = ["Target", "SearchOptions", "SEARCH_OPTIONS", "search_options"]
 class SearchOptions:
     """How the optimizer searches: ``beam`` placements kept per plan node, ``budget``
     rewrites tried before it stops early, ``sketch``: plan a large expression on a
-    sketch of it (:mod:`.sketch`) and replay its best plans at full size."""
+    sketch of it (:mod:`.sketch`) and replay its best plans at full size; ``rounds``:
+    how many times a node's new candidates are rewritten again (the closure under the
+    rules, :mod:`.search`); ``least_traffic``: under an objective with an error band,
+    each node also keeps its least-traffic candidate beyond the beam (what a near tie
+    goes to: :func:`~tra_dask.optimizer.optimize.less_traffic`)."""
 
     name: str = "auto"
     beam: int = 6
     budget: int = 50_000
     sketch: bool = True
+    rounds: int = 3
+    least_traffic: bool = True
 
     def __post_init__(self):
-        for field in ("beam", "budget"):
+        if not isinstance(self.least_traffic, bool):
+            raise ValueError(f"search options {self.name!r}: least_traffic must be True or False, "
+                             f"got {self.least_traffic!r}")
+        for field in ("beam", "budget", "rounds"):
             v = getattr(self, field)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"search options {self.name!r}: {field} must be an int >= 1, got {v!r}")
@@ -56,9 +65,10 @@ class SearchOptions:
 
 SEARCH_OPTIONS = {
     "auto": SearchOptions("auto"),
-    # two placements per node: 2-3x faster than six, the same plans on a 5-operand chain
-    # and an FFNN step (frontend.run compares chunkings with it)
-    "quick": SearchOptions("quick", beam=2),
+    # what frontend.run compares chunkings and contraction orders with: two placements per
+    # node, two rounds of rewriting, no least-traffic candidate beyond the beam
+    # (benchmarks/README.md, "Quick searches")
+    "quick": SearchOptions("quick", beam=2, rounds=2, least_traffic=False),
     "full": SearchOptions("full", sketch=False),
 }
 
