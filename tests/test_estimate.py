@@ -119,8 +119,9 @@ def test_orders_estimated_far_slower_are_not_planned(plans):
     (lambda: td.einsum("bij,bjk->bik", arr(8, 200, 100), arr(8, 100, 200)), 3),
 ])
 def test_the_quick_searches_choose_what_the_wider_quick_search_chose(expr, sites, monkeypatch):
-    """The chunk choice compares chunkings and contraction orders by quick searches of two
-    rounds with no least-traffic candidates beyond the beam (target.SEARCH_OPTIONS):
+    """The chunk choice compares chunkings and contraction orders by quick searches that
+    rewrite a node past the beam for two rounds and keep no least-traffic candidates
+    beyond the beam (target.SEARCH_OPTIONS):
     fewer candidates than the beam of two with the full closure and those candidates,
     and the same chunking, order and plan cost."""
     from tra_dask.optimizer import target as T
@@ -143,7 +144,7 @@ def test_the_quick_searches_choose_what_the_wider_quick_search_chose(expr, sites
         return plan, seen
 
     narrow, quick = choose(T.SEARCH_OPTIONS["quick"])
-    assert (T.SEARCH_OPTIONS["quick"].rounds, T.SEARCH_OPTIONS["quick"].least_traffic) == (2, False)
+    assert (T.SEARCH_OPTIONS["quick"].bound_rounds, T.SEARCH_OPTIONS["quick"].least_traffic) == (2, False)
     wide, wide_quick = choose(T.SearchOptions("quick", beam=2))
     assert narrow.stage("chunking").note == wide.stage("chunking").note
     assert narrow.cost.seconds == pytest.approx(wide.cost.seconds, rel=1e-9)

@@ -40,7 +40,7 @@ def test_named_search_options():
     e = _expr()
     assert set(SEARCH_OPTIONS) >= {"auto", "quick", "full"} and SEARCH_OPTIONS["quick"].beam == 2
     quick = td.optimize(e, 4, options="quick")
-    mine = SearchOptions("mine", beam=2, rounds=2, least_traffic=False)  # quick's fields, another name
+    mine = SearchOptions("mine", beam=2, bound_rounds=2, least_traffic=False)  # quick's fields, another name
     assert td.optimize(e, 4, options=mine).outputs == quick.outputs
     # a keyword overrides the named options' field: a budget of one rewrite cuts the search short
     assert td.optimize(e, 4, options="quick", budget=1).search.truncated
@@ -64,5 +64,7 @@ def test_bad_planning_context_is_refused_early():
         SearchOptions("bad", beam=0)
     with pytest.raises(ValueError, match="rounds must be an int >= 1"):
         SearchOptions("bad", rounds=0)
+    with pytest.raises(ValueError, match="bound_rounds must be an int >= 1"):
+        SearchOptions("bad", bound_rounds=0.5)
     with pytest.raises(ValueError, match="least_traffic must be True or False"):
         SearchOptions("bad", least_traffic=1)

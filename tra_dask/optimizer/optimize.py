@@ -115,7 +115,8 @@ def optimize(expr, target=None, cost_model: str | None = None, memory_limit=None
             return Plan(compiled.outputs, rebuild, sites, cost_model, expr, stages=stages)
         t0 = time.perf_counter()
         res = search(list(compiled.outputs), rules, model=cost_model, objective=obj, budget=budget, beam=beam,
-                     rounds=opts.rounds, least_traffic=opts.least_traffic)
+                     rounds=opts.rounds,
+                 bound_rounds=opts.bound_rounds, least_traffic=opts.least_traffic)
         stages.append(Stage("search", _plan(res.best, rebuild, sites, cost_model, expr, res.best_cost),
                             time.perf_counter() - t0, _search_note(res)))
     else:
@@ -149,13 +150,16 @@ def optimize(expr, target=None, cost_model: str | None = None, memory_limit=None
 
 def searched_alike(plan, made_with, wanted) -> bool:
     """Whether ``plan``, planned with the search options ``made_with``, is a plan the
-    options ``wanted`` would find too: the two differ in the beam only, and the plan's
-    search kept every placement signature at every node (``SearchResult.beam_unbound``:
-    no beam bound, no budget cut it short, no sketch), so any beam searches the same
-    candidates at the same costs."""
+    options ``wanted`` would find too: the two differ in the beam, the least-traffic
+    candidates and the rounds past the beam only, and the plan's search kept every
+    placement signature at every node (``SearchResult.beam_unbound``: no beam bound, no
+    budget cut it short, no sketch), so any beam searches the same candidates at the same
+    costs (no node was past the beam, and each node's least-traffic candidate was kept
+    as the best of its signature)."""
     a, b = search_options(made_with), search_options(wanted)
     return (getattr(plan.search, "beam_unbound", False)
-            and dataclasses.replace(a, name=b.name, beam=b.beam) == b)
+            and dataclasses.replace(a, name=b.name, beam=b.beam, least_traffic=b.least_traffic,
+                                    bound_rounds=b.bound_rounds) == b)
 
 
 def as_target(target=None, *, sites=None, cluster=None, memory_limit=None, placements=None,
@@ -338,7 +342,8 @@ def _search_sketch(expr, outputs, sk, sites, cost_model, obj, opts, rules, stage
                         f"largest relation {sk.tuples:,} tuples (the expression's: {sk.full_tuples:,})"))
     t0 = time.perf_counter()
     res = search(list(compiled.outputs), rules, model=cost_model, objective=obj, budget=opts.budget, beam=opts.beam,
-                 rounds=opts.rounds, least_traffic=opts.least_traffic)
+                 rounds=opts.rounds,
+                 bound_rounds=opts.bound_rounds, least_traffic=opts.least_traffic)
     stages.append(Stage("search", _plan(res.best, compiled.rebuild, sites, cost_model, None, res.best_cost),
                         time.perf_counter() - t0, _search_note(res) + " (on the sketch)"))
     t0 = time.perf_counter()

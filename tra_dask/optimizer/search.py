@@ -19,8 +19,9 @@ orders, Cascades' required properties).  For each node:
 3. *Pruning*: the cheapest candidate per *placement signature* is kept, for the
    ``beam`` cheapest signatures — and, for an objective with an error band (the time
    objective), the candidate that moves fewest floats, so that a plan of much less
-   traffic stays among the final choices (``least_traffic``; the chunk choice's quick
-   searches, which compare predicted seconds only, do without it).  The signature is the exact layout and, for a
+   traffic stays among the final choices.  (The chunk choice's quick searches, which
+   compare predicted seconds, keep no such candidate and rewrite a node whose
+   candidates are past the beam for fewer rounds: ``SearchOptions``.)  The signature is the exact layout and, for a
    Broadcast or Shuffle, also the layout of what it moves: a rule above may drop
    the move (the consumer is already co-located with that input), so two moves with
    the same output but different inputs are different interesting plans.
@@ -181,22 +182,27 @@ def delivered_cost(root: PNode, model: str = "exact") -> Cost:
 
 def search(outputs, rules, *, model: str = "exact", objective: Objective | None = None,
            memory_limit: float | None = None, budget: int = 50_000, beam: int = 6, rounds: int = 3,
-           final: int = 64, reshare: int = 3, least_traffic: bool = True) -> SearchResult:
+           final: int = 64, reshare: int = 3, bound_rounds: int | None = None,
+           least_traffic: bool = True) -> SearchResult:
     """The cheapest plan equivalent to ``outputs`` (compiled IA nodes) under ``rules``
     (see the module docstring).  ``beam``: placement signatures kept per node;
-    ``rounds``: rewriting rounds of a node's closure; ``final``: candidates per output
+    ``rounds``: rewriting rounds of a node's closure, and ``bound_rounds`` (None:
+    ``rounds``) those of a node whose candidates already hold more placement signatures
+    than the beam keeps; ``final``: candidates per output
     costed exactly at the end; ``reshare``: rounds of planning a twice-computed
     subexpression's readers over one of its candidates; ``least_traffic``: under an
     objective with an error band, each node also keeps its least-traffic candidate."""
     outputs = canonical(list(outputs))
+    bound_rounds = rounds if bound_rounds is None else bound_rounds
     with contraction_memo(), interned(toposort(outputs)):
         return _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds, final, reshare,
-                       least_traffic)
+                       bound_rounds, least_traffic)
 
 
-def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds, final, reshare,
+def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds, final, reshare, bound_rounds,
             least_traffic) -> SearchResult:
-    for name, v in (("budget", budget), ("beam", beam), ("rounds", rounds), ("final", final), ("reshare", reshare)):
+    for name, v in (("budget", budget), ("beam", beam), ("rounds", rounds), ("final", final), ("reshare", reshare),
+                    ("bound_rounds", bound_rounds)):
         least = 0 if name == "reshare" else 1
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
             raise ValueError(f"the search's {name} must be an int >= {least}, got {v!r}")
@@ -233,7 +239,7 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
             if cand.layout.partial == partial:  # over a differently placed child, a fold may be partial
                 seen.setdefault(cand, cand)
         frontier = list(seen)
-        for _ in range(rounds):
+        for r in range(rounds):
             new = []
             for cand in frontier:
                 for alt in _rewrites(cand, rules, b, depth=1, memo=memo):
@@ -246,6 +252,8 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
                         new.append(alt)
             if not new or b.truncated:
                 break
+            if r + 1 >= bound_rounds and len({_signature(c) for c in seen}) > beam:
+                break  # the beam binds here (no wider search is this one): its closure stops
             frontier = new
         ranked = sorted(seen, key=score) if fused is None else fused.rank(list(seen), beam)
         if not bound[0] and len({_signature(c) for c in ranked}) > beam:

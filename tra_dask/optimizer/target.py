@@ -35,23 +35,28 @@ class SearchOptions:
     rewrites tried before it stops early, ``sketch``: plan a large expression on a
     sketch of it (:mod:`.sketch`) and replay its best plans at full size; ``rounds``:
     how many times a node's new candidates are rewritten again (the closure under the
-    rules, :mod:`.search`); ``least_traffic``: under an objective with an error band,
-    each node also keeps its least-traffic candidate beyond the beam (what a near tie
-    goes to: :func:`~tra_dask.optimizer.optimize.less_traffic`)."""
+    rules, :mod:`.search`), and ``bound_rounds`` (None: ``rounds``) for a node whose
+    candidates already hold more placement signatures than the beam keeps;
+    ``least_traffic``: under an objective with an error band, each node also keeps its
+    least-traffic candidate beyond the beam (what a near tie goes to:
+    :func:`~tra_dask.optimizer.optimize.less_traffic`)."""
 
     name: str = "auto"
     beam: int = 6
     budget: int = 50_000
     sketch: bool = True
     rounds: int = 3
+    bound_rounds: int | None = None
     least_traffic: bool = True
 
     def __post_init__(self):
         if not isinstance(self.least_traffic, bool):
             raise ValueError(f"search options {self.name!r}: least_traffic must be True or False, "
                              f"got {self.least_traffic!r}")
-        for field in ("beam", "budget", "rounds"):
+        for field in ("beam", "budget", "rounds", "bound_rounds"):
             v = getattr(self, field)
+            if v is None and field == "bound_rounds":
+                continue
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"search options {self.name!r}: {field} must be an int >= 1, got {v!r}")
         if not isinstance(self.sketch, bool):
@@ -66,9 +71,9 @@ class SearchOptions:
 SEARCH_OPTIONS = {
     "auto": SearchOptions("auto"),
     # what frontend.run compares chunkings and contraction orders with: two placements per
-    # node, two rounds of rewriting, no least-traffic candidate beyond the beam
-    # (benchmarks/README.md, "Quick searches")
-    "quick": SearchOptions("quick", beam=2, rounds=2, least_traffic=False),
+    # node, two rounds of rewriting where the beam binds, no least-traffic candidate beyond
+    # the beam (benchmarks/README.md, "Quick searches")
+    "quick": SearchOptions("quick", beam=2, bound_rounds=2, least_traffic=False),
     "full": SearchOptions("full", sketch=False),
 }
 
