@@ -21,10 +21,11 @@ orders, Cascades' required properties).  For each node:
    objective), the candidate that moves fewest floats, so that a plan of much less
    traffic stays among the final choices.  (The chunk choice's quick searches, which
    compare predicted seconds, keep no such candidate and rewrite a node whose
-   candidates are past the beam for fewer rounds: ``SearchOptions``.)  The signature is the exact layout and, for a
-   Broadcast or Shuffle, also the layout of what it moves: a rule above may drop
-   the move (the consumer is already co-located with that input), so two moves with
-   the same output but different inputs are different interesting plans.
+   candidates are past the beam for fewer rounds: ``SearchOptions``.)  The signature
+   is the exact layout and, for a Broadcast or Shuffle, also the layout of what it
+   moves: a rule above may drop the move (the consumer is already co-located with that
+   input), so two moves with the same output but different inputs are different
+   interesting plans.
 
 The outputs' kept candidates are combined and costed exactly (with demand: only the
 tuples the results need, what the runtime makes), and the objective picks the best.
@@ -188,10 +189,10 @@ def search(outputs, rules, *, model: str = "exact", objective: Objective | None 
     (see the module docstring).  ``beam``: placement signatures kept per node;
     ``rounds``: rewriting rounds of a node's closure, and ``bound_rounds`` (None:
     ``rounds``) those of a node whose candidates already hold more placement signatures
-    than the beam keeps; ``final``: candidates per output
-    costed exactly at the end; ``reshare``: rounds of planning a twice-computed
-    subexpression's readers over one of its candidates; ``least_traffic``: under an
-    objective with an error band, each node also keeps its least-traffic candidate."""
+    than the beam keeps; ``final``: candidates per output costed exactly at the end;
+    ``reshare``: rounds of planning a twice-computed subexpression's readers over one
+    of its candidates; ``least_traffic``: under an objective with an error band, each
+    node also keeps its least-traffic candidate."""
     outputs = canonical(list(outputs))
     bound_rounds = rounds if bound_rounds is None else bound_rounds
     with contraction_memo(), interned(toposort(outputs)):
