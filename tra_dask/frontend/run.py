@@ -108,10 +108,10 @@ def _fixed_path(node: Einsum):
     return tuple(tuple(int(i) for i in st) for st in path)
 
 
-# candidates are compared under the "quick" search options (two placements per node:
-# 2-3x faster than the full search's six, the same plans on a 5-operand chain and an FFNN
-# step; a budget of 300 rewrites as well left those plans 1.2-2x slower); the best is
-# planned again with "auto"
+# candidates are compared under the "quick" search options (optimizer.target.SEARCH_OPTIONS:
+# two placements per node, fewer rounds where the beam binds, no least-traffic candidates;
+# a budget of 300 rewrites as well left plans 1.2-2x slower); the best is planned again
+# with "auto"
 ORDERS = 2  # contraction orders planned under the chosen chunking (the best by the estimate)
 
 
