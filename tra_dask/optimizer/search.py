@@ -253,7 +253,7 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
                         new.append(alt)
             if not new or b.truncated:
                 break
-            if r + 1 >= bound_rounds and len({_signature(c) for c in seen}) > beam:
+            if bound_rounds <= r + 1 < rounds and len({_signature(c) for c in seen}) > beam:
                 break  # the beam binds here (no wider search is this one): its closure stops
             frontier = new
         ranked = sorted(seen, key=score) if fused is None else fused.rank(list(seen), beam)
