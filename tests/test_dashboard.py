@@ -358,7 +358,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shuti
 
 class Slow:
     def __call__(self, key):
-        time.sleep(0.3)
+        time.sleep(0.5)
         return np.ones((50, 50))
 
 
@@ -373,7 +373,9 @@ def _chromium(tmp_path, *args, timeout=60):
 @pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium here (.ci/run installs Debian's chromium)")
 def test_browser_sees_the_running_plan(tmp_path):
     R = td.from_function(Slow(), (400, 400), 50, "float64", name="slow")
-    rf = td.submit(matmul(R, R), sites=2)  # 64 loads of 0.3 s on 2 workers: ~10 s, still running while we look
+    # 64 loads of 0.5 s on 2 workers: ~16 s, still running while we look (with 0.3 s, a
+    # headless Chromium started on a loaded 2-core machine once looked after the end)
+    rf = td.submit(matmul(R, R), sites=2)
     url = rf.dashboard_link.split("#")[0]
     live = re.compile(r"id=.live-" + rf.token + r".>([\d,]+) bytes<")
     deadline = time.monotonic() + 20

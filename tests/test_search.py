@@ -536,3 +536,26 @@ def test_incremental_subplan_costs_are_the_whole_subplans(prog, model):
     finally:
         S.DeliveredCosts = saved
     assert _CheckedCosts.checked > before
+
+
+def test_a_move_whose_copies_no_reader_takes_is_dropped_from_the_best_plan():
+    """Of candidates alike in layout and key the search keeps the first, which may
+    carry a Broadcast whose copies no reader takes: the best plan is costed again
+    without it (the same plan, fewer nodes and tuples); a move a reader needs stays."""
+    from tra_dask.kernels import get_kernel
+    from tra_dask.physical import Broadcast, LocalJoin, Part, PSource
+
+    rng = np.random.default_rng(5)
+    A, B = _mat(rng, (4, 4), 2, "A"), _mat(rng, (4, 4), 2, "B")
+    a, b = PSource(A, Part((0,), 2)), PSource(B, Part((0,), 2))
+    add = get_kernel("add")
+    idle = [LocalJoin(Broadcast(a), b, (0, 1), (0, 1), add)]  # a and b are co-partitioned: no copy is read
+    cost = plan_cost(idle)
+    assert cost.floats_moved == 0
+    got, got_cost = S._idle_moves_dropped(idle, cost, FewestBytes(), "exact")
+    assert got == [LocalJoin(a, b, (0, 1), (0, 1), add)]
+    assert FewestBytes()(got_cost)[:-1] == FewestBytes()(cost)[:-1] and got_cost.tuples < cost.tuples
+    needed = [LocalJoin(Broadcast(a), PSource(B, Part((1,), 2)), (0, 1), (0, 1), add)]
+    cost = plan_cost(needed)
+    assert cost.floats_moved > 0
+    assert S._idle_moves_dropped(needed, cost, FewestBytes(), "exact")[0] is needed

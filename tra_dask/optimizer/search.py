@@ -8,7 +8,12 @@ orders, Cascades' required properties).  For each node:
 
 1. *Candidates*: the node rebuilt over every combination of its children's kept
    candidates, closed under the rules applied at the node and one level below
-   (structural deduplication: equal plans are one plan).  Broadcast and Shuffle are
+   (structural deduplication: equal plans are one plan; and of candidates that
+   deliver one layout at one objective key, only the first is kept and rewritten:
+   to every consumer they are the same plan, and over relations of one or a few
+   tuples most rewrites make such copies — a 3-operand chain of one block per
+   operand on 2 sites had 58 candidates at its second join, of 6 distinct layouts
+   and keys).  Broadcast and Shuffle are
    the enforcers; the re-partition rules (R2-x) drop or push them, and the domain
    rules (BMM either side, CMM, RMM, pre-aggregation, free source placement) offer
    whole implementations.  A free source is offered on every balanced ``Part(d)``.
@@ -28,7 +33,9 @@ orders, Cascades' required properties).  For each node:
    interesting plans.
 
 The outputs' kept candidates are combined and costed exactly (with demand: only the
-tuples the results need, what the runtime makes), and the objective picks the best.
+tuples the results need, what the runtime makes), and the objective picks the best;
+the best is costed again without each Broadcast or Shuffle that moves nothing it
+needs (the first of alike candidates may carry one), kept where no worse.
 A shared subexpression is a node of the compiled DAG and gets one candidate list;
 the consumers pick from it independently, so a result may use two placements of a
 shared node (computed twice, costed twice — the exact cost of the combined plan
@@ -73,6 +80,10 @@ __all__ = ["search", "SearchResult", "objective", "delivered_cost"]
 # (an FFNN step planned for 4 sites derived 3,486 subplans of 64-256 tasks: 2.8x its
 # planning time; 389 of fewer than 64: +6%)
 FUSED_RANK_TASKS = 64
+
+# A plan of at most this many physical tuples is costed again without each move that
+# moves nothing it needs (_idle_moves_dropped: a tie-break, not worth a larger plan's costing)
+IDLE_MOVES_TUPLES = 100_000
 
 _LOCAL = (LocalJoin, LocalAggregate, LocalMap)  # nodes whose tasks are local computations (work.FUSABLE_KINDS)
 
@@ -165,12 +176,19 @@ def _rewrites(node: PNode, rules, budget: _Budget, depth: int, memo: dict | None
 
 
 def _source_candidates(node: PSource) -> list[PNode]:
+    """A free source on each balanced ``Part(d)``; of placements that put every key
+    where another does (a relation of one key along ``d``: every ``Part`` of a
+    one-tuple relation), the first only — one layout is one candidate."""
     out = [node]
     if node.free:
+        seen = {_signature(node)}
         for d in range(node.type.arity):
             p = Part((d,), node.nsites)
             if p != node.placement_:
-                out.append(PSource(node.source, p, free=True))
+                alt = PSource(node.source, p, free=True)
+                if _signature(alt) not in seen:
+                    seen.add(_signature(alt))
+                    out.append(alt)
     return out
 
 
@@ -231,14 +249,23 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
         """``node``'s candidates over its children's kept ones, closed under the rules,
         ranked; and the kept few (module doc)."""
         seen: dict = {}
+        alike: dict = {}  # (placement signature, objective key) -> the candidate kept
+
+        def new_plan(c) -> bool:
+            k = (_signature(c), score(c))
+            if k in alike:
+                return False
+            alike[k] = c
+            return True
+
         partial = node.layout.partial
         for combo in itertools.product(*(alts[c] for c in node.children)):
             try:
                 cand = _with_children(node, combo)
             except PlacementError:
                 continue
-            if cand.layout.partial == partial:  # over a differently placed child, a fold may be partial
-                seen.setdefault(cand, cand)
+            if cand.layout.partial == partial and cand not in seen and new_plan(cand):
+                seen[cand] = cand  # (over a differently placed child, a fold may be partial)
         frontier = list(seen)
         for r in range(rounds):
             new = []
@@ -248,7 +275,7 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
                         continue  # a partial fold is not the same relation as a finished one
                     if alt.type != node.type:  # a rule may only yield the same relation
                         raise AssertionError(f"a rule changed the relation: {node!r} -> {alt!r}")
-                    if alt not in seen:
+                    if alt not in seen and new_plan(alt):
                         seen[alt] = alt
                         new.append(alt)
             if not new or b.truncated:
@@ -300,7 +327,16 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
     costed = combined(alts, ranked_all)
     made_from = {tuple(c): (alts, ranked_all) for c, _ in costed}  # the candidate lists each plan combines
     costed.sort(key=lambda oc: obj(oc[1]))
-    first_pass_cost = costed[0][1]
+
+    tidy: dict = {}
+
+    def tidied(plan, cost) -> tuple:  # a plan without its idle moves (each plan tidied once)
+        got = tidy.get(tuple(plan))
+        if got is None:
+            got = tidy[tuple(plan)] = _idle_moves_dropped(plan, cost, obj, model)
+        return got
+
+    first_pass_cost = tidied(*costed[0])[1]
     truncated = b.truncated  # (the first pass's: planning again only adds plans)
     tried: set = set()
     for _ in range(reshare):  # a shared subexpression computed twice: plan its readers over one of them
@@ -323,10 +359,53 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
                     made_from[tuple(c)] = (alts2, ranked2)
                     costed.append((c, cost))
         costed.sort(key=lambda oc: obj(oc[1]))
-    best, best_cost = costed[0]
+    best, best_cost = costed[0] = tidied(*costed[0])
     unbound = not (bound[0] or b.truncated) and all(len(ranked_all.get(o, ())) <= final for o in outputs)
     return SearchResult(best, best_cost, costed, truncated, b.used, ncand, obj, beam_unbound=unbound,
                         first_pass_cost=first_pass_cost)
+
+
+def _idle_moves_dropped(outputs: list, cost: Cost, obj, model: str) -> tuple:
+    """``(outputs, cost)`` with each Broadcast or Shuffle that moves nothing the plan
+    needs replaced by its input, where the plan stays valid and the objective's key is
+    no worse: the search keeps one of a node's candidates that deliver one layout at
+    one cost (``expand``), and the one kept may carry a move whose copies no reader
+    takes — the same plan, with more nodes and tuples."""
+    if cost.tuples > IDLE_MOVES_TUPLES:
+        return outputs, cost
+    key = obj(cost)
+    tried: set = set()
+    while True:
+        idle = [n for n in toposort(outputs) if isinstance(n, (Broadcast, Shuffle)) and n not in tried
+                and cost.nodes[n].floats_moved == 0]
+        if not idle:
+            return outputs, cost
+        move = idle[0]
+        tried.add(move)
+        try:
+            trial = _replaced(outputs, move, move.input)
+        except PlacementError:
+            continue
+        if any(a.type != b.type or a.layout.partial != b.layout.partial for a, b in zip(trial, outputs)):
+            continue
+        trial_cost = plan_cost(trial, model)
+        if obj(trial_cost) <= key:
+            outputs, cost, key = canonical(trial), trial_cost, obj(trial_cost)
+
+
+def _replaced(outputs: list, old: PNode, new: PNode) -> list:
+    """``outputs`` with ``old`` replaced by ``new`` wherever it is read (the readers
+    rebuilt: a PlacementError where one no longer holds)."""
+    made: dict = {}
+
+    def rebuilt(n):
+        got = made.get(id(n))
+        if got is None:
+            got = new if n == old else _with_children(n, [rebuilt(c) for c in n.children])
+            made[id(n)] = got
+        return got
+
+    return [rebuilt(o) for o in outputs]
 
 
 class _Fused:
