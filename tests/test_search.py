@@ -559,3 +559,18 @@ def test_a_move_whose_copies_no_reader_takes_is_dropped_from_the_best_plan():
     cost = plan_cost(needed)
     assert cost.floats_moved > 0
     assert S._idle_moves_dropped(needed, cost, FewestBytes(), "exact")[0] is needed
+
+
+@pytest.mark.parametrize("objective", ["bytes", "time"])
+def test_candidates_alike_in_layout_and_key_are_kept_once(objective):
+    """Over one-block operands nearly every rewrite makes a plan alike to one seen (a
+    move of a tuple that stays where it is, a broadcast no join reads, every Part of a
+    one-block source): each node keeps one of each layout and key, and rewrites only
+    that one (the search ranked 201 candidates for this chain when it kept them all)."""
+    rng = np.random.default_rng(0)
+    A, B, C = (td.from_numpy(rng.normal(size=s), s, name=n) for s, n in (((6, 4), "A"), ((4, 5), "B"), ((5, 3), "C")))
+    plan = td.optimize(matmul(matmul(A, B), C), sites=2, objective=objective)
+    assert plan.cost.floats_moved == 0 and plan.search.candidates <= 40
+    sim = td.simulate(plan)
+    np.testing.assert_allclose(sim.result[(0, 0)], td.to_numpy(A) @ td.to_numpy(B) @ td.to_numpy(C))
+    assert sim.floats_moved == 0

@@ -249,13 +249,15 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
         """``node``'s candidates over its children's kept ones, closed under the rules,
         ranked; and the kept few (module doc)."""
         seen: dict = {}
-        alike: dict = {}  # (placement signature, objective key) -> the candidate kept
+        alike: set = set()  # (placement signature, objective key) of each candidate kept
 
-        def new_plan(c) -> bool:
+        def unlike(c) -> bool:
+            """Whether no candidate kept delivers ``c``'s layout at ``c``'s key (module
+            doc; then ``c`` is kept)."""
             k = (_signature(c), score(c))
             if k in alike:
                 return False
-            alike[k] = c
+            alike.add(k)
             return True
 
         partial = node.layout.partial
@@ -264,7 +266,7 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
                 cand = _with_children(node, combo)
             except PlacementError:
                 continue
-            if cand.layout.partial == partial and cand not in seen and new_plan(cand):
+            if cand.layout.partial == partial and cand not in seen and unlike(cand):
                 seen[cand] = cand  # (over a differently placed child, a fold may be partial)
         frontier = list(seen)
         for r in range(rounds):
@@ -275,7 +277,7 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
                         continue  # a partial fold is not the same relation as a finished one
                     if alt.type != node.type:  # a rule may only yield the same relation
                         raise AssertionError(f"a rule changed the relation: {node!r} -> {alt!r}")
-                    if alt not in seen and new_plan(alt):
+                    if alt not in seen and unlike(alt):
                         seen[alt] = alt
                         new.append(alt)
             if not new or b.truncated:
