@@ -341,7 +341,8 @@ def _search_sketch(expr, outputs, sk, sites, cost_model, obj, opts, rules, stage
                         f"largest relation {sk.tuples:,} tuples (the expression's: {sk.full_tuples:,})"))
     t0 = time.perf_counter()
     res = search(list(compiled.outputs), rules, model=cost_model, objective=obj, budget=opts.budget, beam=opts.beam,
-                 rounds=opts.rounds, bound_rounds=opts.bound_rounds, least_traffic=opts.least_traffic)
+                 rounds=opts.rounds, bound_rounds=opts.bound_rounds, least_traffic=opts.least_traffic,
+                 tidy=False)  # (a move idle on the sketch may move at full size)
     stages.append(Stage("search", _plan(res.best, compiled.rebuild, sites, cost_model, None, res.best_cost),
                         time.perf_counter() - t0, _search_note(res) + " (on the sketch)"))
     t0 = time.perf_counter()

@@ -10,10 +10,13 @@ orders, Cascades' required properties).  For each node:
    candidates, closed under the rules applied at the node and one level below
    (structural deduplication: equal plans are one plan; and of candidates that
    deliver one layout at one objective key, only the first is kept and rewritten:
-   to every consumer they are the same plan, and over relations of one or a few
-   tuples most rewrites make such copies — a 3-operand chain of one block per
-   operand on 2 sites had 58 candidates at its second join, of 6 distinct layouts
-   and keys).  Broadcast and Shuffle are
+   they offer a consumer the same layout at the same cost — before fusion, which the
+   time objective's ranking counts, and before the demand of the plan they end in, so
+   this prunes as the beam does, checked against exhaustive search on small programs
+   (tests/test_search.py) — and over relations of one or a few tuples most rewrites
+   make such copies: a 3-operand chain of one block per operand on 2 sites had 58
+   candidates at its second join, of 6 distinct layouts and keys).  Broadcast and
+   Shuffle are
    the enforcers; the re-partition rules (R2-x) drop or push them, and the domain
    rules (BMM either side, CMM, RMM, pre-aggregation, free source placement) offer
    whole implementations.  A free source is offered on every balanced ``Part(d)``.
@@ -34,8 +37,10 @@ orders, Cascades' required properties).  For each node:
 
 The outputs' kept candidates are combined and costed exactly (with demand: only the
 tuples the results need, what the runtime makes), and the objective picks the best;
-the best is costed again without each Broadcast or Shuffle that moves nothing it
-needs (the first of alike candidates may carry one), kept where no worse.
+the best is costed again without each Broadcast or Shuffle that moves no tuple the
+plan needs (the first of alike candidates may carry one), kept where no worse (not
+on a sketch, whose idle moves may move at full size; not on plans of over
+:data:`IDLE_MOVES_TUPLES` tuples).
 A shared subexpression is a node of the compiled DAG and gets one candidate list;
 the consumers pick from it independently, so a result may use two placements of a
 shared node (computed twice, costed twice — the exact cost of the combined plan
@@ -65,6 +70,7 @@ import numpy as np
 from ..node import canonical, toposort
 from ..physical import (Broadcast, LocalAggregate, LocalJoin, LocalMap, Part, PlacementError, PNode, PSource,
                         Shuffle)
+from ..physical.demand import demand
 from ..physical.nodes import interned
 from ..physical.work import FusedCounts
 from .cost import Cost, DeliveredCosts, plan_cost
@@ -202,7 +208,7 @@ def delivered_cost(root: PNode, model: str = "exact") -> Cost:
 def search(outputs, rules, *, model: str = "exact", objective: Objective | None = None,
            memory_limit: float | None = None, budget: int = 50_000, beam: int = 6, rounds: int = 3,
            final: int = 64, reshare: int = 3, bound_rounds: int | None = None,
-           least_traffic: bool = True) -> SearchResult:
+           least_traffic: bool = True, tidy: bool = True) -> SearchResult:
     """The cheapest plan equivalent to ``outputs`` (compiled IA nodes) under ``rules``
     (see the module docstring).  ``beam``: placement signatures kept per node;
     ``rounds``: rewriting rounds of a node's closure, and ``bound_rounds`` (None:
@@ -210,16 +216,18 @@ def search(outputs, rules, *, model: str = "exact", objective: Objective | None 
     than the beam keeps; ``final``: candidates per output costed exactly at the end;
     ``reshare``: rounds of planning a twice-computed subexpression's readers over one
     of its candidates; ``least_traffic``: under an objective with an error band, each
-    node also keeps its least-traffic candidate."""
+    node also keeps its least-traffic candidate; ``tidy``: the best plan is costed again
+    without its idle moves (module doc; off for a sketch, whose idle moves may move at
+    full size)."""
     outputs = canonical(list(outputs))
     bound_rounds = rounds if bound_rounds is None else bound_rounds
     with contraction_memo(), interned(toposort(outputs)):
         return _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds, final, reshare,
-                       bound_rounds, least_traffic)
+                       bound_rounds, least_traffic, tidy)
 
 
 def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds, final, reshare, bound_rounds,
-            least_traffic) -> SearchResult:
+            least_traffic, tidy) -> SearchResult:
     for name, v in (("budget", budget), ("beam", beam), ("rounds", rounds), ("final", final), ("reshare", reshare),
                     ("bound_rounds", bound_rounds)):
         least = 0 if name == "reshare" else 1
@@ -330,15 +338,18 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
     made_from = {tuple(c): (alts, ranked_all) for c, _ in costed}  # the candidate lists each plan combines
     costed.sort(key=lambda oc: obj(oc[1]))
 
-    tidy: dict = {}
+    done: dict = {}
 
     def tidied(plan, cost) -> tuple:  # a plan without its idle moves (each plan tidied once)
-        got = tidy.get(tuple(plan))
+        if not tidy:
+            return plan, cost
+        got = done.get(tuple(plan))
         if got is None:
-            got = tidy[tuple(plan)] = _idle_moves_dropped(plan, cost, obj, model)
+            got = done[tuple(plan)] = _idle_moves_dropped(plan, cost, obj, model)
         return got
 
-    first_pass_cost = tidied(*costed[0])[1]
+    first = tidied(*costed[0])
+    first_pass_cost = first[1]
     truncated = b.truncated  # (the first pass's: planning again only adds plans)
     tried: set = set()
     for _ in range(reshare):  # a shared subexpression computed twice: plan its readers over one of them
@@ -361,38 +372,43 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
                     made_from[tuple(c)] = (alts2, ranked2)
                     costed.append((c, cost))
         costed.sort(key=lambda oc: obj(oc[1]))
-    best, best_cost = costed[0] = tidied(*costed[0])
+    # planning again only adds plans: the best tidied is never worse than the first pass's
+    best, best_cost = min((tidied(*costed[0]), first), key=lambda oc: obj(oc[1]))
+    if best is not costed[0][0]:
+        costed.insert(0, (best, best_cost))  # (the plans it was tidied from stay among the alternatives)
     unbound = not (bound[0] or b.truncated) and all(len(ranked_all.get(o, ())) <= final for o in outputs)
     return SearchResult(best, best_cost, costed, truncated, b.used, ncand, obj, beam_unbound=unbound,
                         first_pass_cost=first_pass_cost)
 
 
 def _idle_moves_dropped(outputs: list, cost: Cost, obj, model: str) -> tuple:
-    """``(outputs, cost)`` with each Broadcast or Shuffle that moves nothing the plan
-    needs replaced by its input, where the plan stays valid and the objective's key is
-    no worse: the search keeps one of a node's candidates that deliver one layout at
-    one cost (``expand``), and the one kept may carry a move whose copies no reader
-    takes — the same plan, with more nodes and tuples."""
+    """``(outputs, cost)`` with each Broadcast or Shuffle that moves no tuple the plan
+    needs (under its demand) replaced by its input, where the plan stays valid (its
+    readers are rebuilt, their layouts checked) and the objective's key is no worse:
+    the search keeps one of a node's candidates that deliver one layout at one cost
+    (``expand``), and the one kept may carry a move whose copies no reader takes — the
+    same plan, with more nodes and tuples."""
     if cost.tuples > IDLE_MOVES_TUPLES:
         return outputs, cost
     key = obj(cost)
     tried: set = set()
     while True:
+        need = demand(outputs)
         idle = [n for n in toposort(outputs) if isinstance(n, (Broadcast, Shuffle)) and n not in tried
-                and cost.nodes[n].floats_moved == 0]
+                and not (n.layout.moved & need[n]).any()]
         if not idle:
             return outputs, cost
         move = idle[0]
         tried.add(move)
         try:
-            trial = _replaced(outputs, move, move.input)
+            trial = canonical(_replaced(outputs, move, move.input))
         except PlacementError:
             continue
         if any(a.type != b.type or a.layout.partial != b.layout.partial for a, b in zip(trial, outputs)):
             continue
         trial_cost = plan_cost(trial, model)
         if obj(trial_cost) <= key:
-            outputs, cost, key = canonical(trial), trial_cost, obj(trial_cost)
+            outputs, cost, key = trial, trial_cost, obj(trial_cost)
 
 
 def _replaced(outputs: list, old: PNode, new: PNode) -> list:
