@@ -37,6 +37,14 @@ def _searched_key(expr, sites):
     return unfused
 
 
+def _assert_best(searched, best):
+    """The search's key is the space's best in every term; in the last, the physical
+    tuples, it may be lower: the search costs its best plan again without the moves
+    that move nothing it needs (search._idle_moves_dropped), which can make a plan
+    the rules' space does not hold."""
+    assert searched[:-1] == best[:-1] and searched[-1] <= best[-1], (searched, best)
+
+
 def _mat(rng, shape, chunks, name):
     return td.from_numpy(rng.normal(size=shape), chunks, name=name)
 
@@ -86,7 +94,7 @@ def test_search_equals_brute_force_for_random_multiplies(blocks, sites, seed):
     i, k, j = blocks
     expr = matmul(_mat(rng, (2 * i, 2 * k), 2, "A"), _mat(rng, (2 * k, 2 * j), 2, "B"))
     space = enumerate_dp_space(list(td.compile(expr, sites).outputs), RULES, limit=4000)
-    assert _searched_key(expr, sites) == _best_key(space)
+    _assert_best(_searched_key(expr, sites), _best_key(space))
 
 
 @pytest.mark.slow
@@ -97,7 +105,7 @@ def test_search_equals_brute_force_for_matmul_plus_elementwise(sites):
                    (0, 1), (0, 1), "add")
     space = enumerate_dp_space(list(td.compile(expr, sites).outputs), RULES, limit=4000)
     assert len(space) > 500  # (the space is large: the search prunes it to a few dozen)
-    assert _searched_key(expr, sites) == _best_key(space)
+    _assert_best(_searched_key(expr, sites), _best_key(space))
 
 
 @pytest.mark.parametrize("sites", [2, 3])
@@ -115,7 +123,7 @@ def test_search_equals_exhaustive_rewriting_on_tiny_programs(name, sites):
         "rekey+add": lambda: td.join(td.rekey(A, (k1, k0)), B, (0, 1), (0, 1), "add"),
     }[name]()
     space = enumerate_plans(td.compile(expr, sites).outputs, RULES, limit=1500)
-    assert _searched_key(expr, sites) == _best_key(space)
+    _assert_best(_searched_key(expr, sites), _best_key(space))
 
 
 # the default spec and skewed ones: tasks that cost 20 ms, a slow network, a fast BLAS,
