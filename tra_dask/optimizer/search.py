@@ -415,15 +415,9 @@ def _replaced(outputs: list, old: PNode, new: PNode) -> list:
     """``outputs`` with ``old`` replaced by ``new`` wherever it is read (the readers
     rebuilt: a PlacementError where one no longer holds)."""
     made: dict = {}
-
-    def rebuilt(n):
-        got = made.get(id(n))
-        if got is None:
-            got = new if n == old else _with_children(n, [rebuilt(c) for c in n.children])
-            made[id(n)] = got
-        return got
-
-    return [rebuilt(o) for o in outputs]
+    for n in toposort(outputs):  # children first, each (structurally distinct) node once: no recursion
+        made[n] = new if n == old else _with_children(n, [made[c] for c in n.children])
+    return [made[o] for o in outputs]
 
 
 class _Fused:
