@@ -259,3 +259,51 @@ def test_a_sum_over_axes_of_a_product_runs_in_one_pass():
         got = k(a, b)
         assert got.dtype == want.dtype and got.shape == want.shape, (op, axes, dt)
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def _unaligned(shape, offset=4):
+    """A float64 array whose data starts ``offset`` bytes past an aligned address (as
+    Dask's comms can deliver one: a view at an offset of the buffer it arrived in)."""
+    n = int(np.prod(shape))
+    buf = np.zeros(n * 8 + 16, np.uint8)
+    start = (-buf.ctypes.data) % 16 + offset
+    x = buf[start:start + n * 8].view(np.float64).reshape(shape)
+    x[...] = np.arange(n, dtype=np.float64).reshape(shape)
+    return x
+
+
+def test_worker_tasks_hand_kernels_aligned_chunks():
+    """numpy runs its slow unaligned loops on such an array (no BLAS for a matmul): the
+    worker-side task functions copy an unaligned chunk before a kernel sees it, and
+    leave aligned ones as they are."""
+    from tra_dask.kernels import aligned
+    from tra_dask.lowering import tasks
+
+    x, y = _unaligned((6, 4)), np.ones((4, 3))
+    assert not x.flags.aligned and y.flags.aligned
+    got = aligned((x, y, 7))
+    assert got[0].flags.aligned and got[1] is y and got[2] == 7
+    np.testing.assert_array_equal(got[0], x)
+    # one copy while it lives: a fused x.T and the product x.T @ x read one buffer
+    assert aligned((x,))[0] is got[0] and aligned((x, x))[1] is got[0]
+    seen = []
+
+    def kernel(a, b):
+        seen.append((a.flags.aligned, b.flags.aligned))
+        return a @ b
+
+    check = ((6, 3), "float64", "test", None, (0, 0))
+    np.testing.assert_array_equal(tasks.apply(kernel, (), check, x, y), np.asarray(x) @ y)
+    check4 = ((6, 4), "float64", "test", None, (0, 0))
+    np.testing.assert_array_equal(tasks.fold(np.add, (), check4, x, _unaligned((6, 4), 2)), 2 * np.asarray(x))
+    assert seen == [(True, True)]
+    one_buffer = []
+
+    def product(a, b):
+        one_buffer.append(a.base is b)
+        return a @ b
+
+    gram = tasks.apply(product, (), ((4, 4), "float64", "t", None, (0,)),
+                       tasks.apply(np.transpose, (), ((4, 6), "float64", "t", None, (0,)), x), x)
+    np.testing.assert_array_equal(gram, np.asarray(x).T @ np.asarray(x))
+    assert one_buffer == [True]

@@ -1,12 +1,13 @@
 """Functions that run inside worker tasks.  Module-level and small, so that tasks
-pickle by reference; kernels receive chunks in their own array module."""
+pickle by reference; kernels receive chunks in their own array module, numpy chunks
+aligned (:func:`~tra_dask.kernels.aligned`)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 
-from ..kernels import array_module, on_device_of
+from ..kernels import aligned, array_module, on_device_of
 from ..logical.evaluate import check_chunk
 
 
@@ -32,14 +33,14 @@ def apply(fn, params, check, *chunks):
     dtype, node, kernel, key) so that a kernel that lies about its output fails
     here, naming itself, rather than assembling a wrong result."""
     with _noted(check[2], check[4]):
-        out = fn(*on_device_of(chunks), *params)
+        out = fn(*on_device_of(aligned(chunks)), *params)
     return check_chunk(out, *check)
 
 
 def fold(fn, params, check, *chunks):
     """One group of a local aggregation, folded left in key order (checked as ``apply``)."""
     with _noted(check[2], check[4]):
-        out = functools.reduce(lambda a, b: fn(*on_device_of((a, b)), *params), chunks)
+        out = functools.reduce(lambda a, b: fn(*on_device_of((a, b)), *params), aligned(chunks))
     return check_chunk(out, *check)
 
 
@@ -55,7 +56,7 @@ def fold_deferred(fn, params, check, *items):
     once)."""
     acc = None
     for item in items:
-        x = made(item)
+        (x,) = aligned((made(item),))
         with _noted(check[2], check[4]):
             acc = x if acc is None else fn(*on_device_of((acc, x)), *params)
         del x
