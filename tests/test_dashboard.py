@@ -356,9 +356,21 @@ def test_dask_dashboard_renders_and_links_to_the_tra_dask_page():
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
-class Slow:
+class Gated:
+    """A loader whose chunks off the first block row each take 1.5 s until the file
+    ``release`` exists, then none: the plan runs (56 of them on 2 one-thread workers:
+    about 40 s, the threads free between loads for the transfers) until the test has
+    looked, and ends soon after."""
+
+    def __init__(self, release):
+        self.release = str(release)
+
     def __call__(self, key):
-        time.sleep(0.5)
+        import os
+
+        until = time.monotonic() + 1.5
+        while key[0] != 0 and not os.path.exists(self.release) and time.monotonic() < until:
+            time.sleep(0.05)
         return np.ones((50, 50))
 
 
@@ -372,9 +384,11 @@ def _chromium(tmp_path, *args, timeout=60):
 @pytest.mark.cluster
 @pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium here (.ci/run installs Debian's chromium)")
 def test_browser_sees_the_running_plan(tmp_path):
-    R = td.from_function(Slow(), (400, 400), 50, "float64", name="slow")
-    # 64 loads of 0.5 s on 2 workers: ~16 s, still running while we look (with 0.3 s, a
-    # headless Chromium started on a loaded 2-core machine once looked after the end)
+    # the plan waits for the browser: with loads of a fixed length (64 of 0.3 s, then of
+    # 0.5 s on 2 workers), a headless Chromium started on a loaded 2-core machine looked
+    # after the plan had ended, in two suite runs of five
+    release = tmp_path / "looked"
+    R = td.from_function(Gated(release), (400, 400), 50, "float64", name="slow")
     rf = td.submit(matmul(R, R), sites=2)
     url = rf.dashboard_link.split("#")[0]
     live = re.compile(r"id=.live-" + rf.token + r".>([\d,]+) bytes<")
@@ -386,6 +400,7 @@ def test_browser_sees_the_running_plan(tmp_path):
     running = not all(f.done() for f in rf.values())
     shot = tmp_path / "tra-dask-page.png"
     _chromium(tmp_path, f"--screenshot={shot}", "--window-size=1200,1400", url)
+    release.touch()
     assert running, "the plan finished before the browser looked"
     seen = live.search(dom)
     assert seen and int(seen.group(1).replace(",", "")) > 0  # counted on the scheduler, no client call yet
