@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import difflib
 import math
+import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -105,23 +107,25 @@ def aligned(chunks: tuple) -> tuple:
 
 
 # id(an unaligned array) -> (weak reference to it, weak reference to its aligned copy):
-# weak both ways, so a copy lives only as long as a caller holds it
+# weak both ways, so a copy lives only as long as a caller holds it; one lock, for a
+# worker's several threads
 _COPIES: dict = {}
+_COPIES_LOCK = threading.Lock()
 
 
 def _aligned_copy(x: np.ndarray) -> np.ndarray:
-    import weakref
-
-    hit = _COPIES.get(id(x))
-    if hit is not None and hit[0]() is x:
-        copy = hit[1]()
-        if copy is not None:
-            return copy
+    with _COPIES_LOCK:
+        hit = _COPIES.get(id(x))
+        if hit is not None and hit[0]() is x:
+            copy = hit[1]()
+            if copy is not None:
+                return copy
     copy = x.copy()
-    if len(_COPIES) >= 64:  # forget the entries whose array or copy is gone
-        for k in [k for k, (a, c) in _COPIES.items() if a() is None or c() is None]:
-            _COPIES.pop(k, None)
-    _COPIES[id(x)] = (weakref.ref(x), weakref.ref(copy))
+    with _COPIES_LOCK:
+        if len(_COPIES) >= 64:  # forget the entries whose array or copy is gone
+            for k in [k for k, (a, c) in _COPIES.items() if a() is None or c() is None]:
+                del _COPIES[k]
+        _COPIES[id(x)] = (weakref.ref(x), weakref.ref(copy))
     return copy
 
 
