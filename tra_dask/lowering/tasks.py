@@ -40,7 +40,7 @@ def apply(fn, params, check, *chunks):
 def fold(fn, params, check, *chunks):
     """One group of a local aggregation, folded left in key order (checked as ``apply``)."""
     with _noted(check[2], check[4]):
-        out = functools.reduce(lambda a, b: fn(*on_device_of((a, b)), *params), aligned(chunks))
+        out = functools.reduce(lambda a, b: fn(*on_device_of(aligned((a, b))), *params), chunks)
     return check_chunk(out, *check)
 
 
