@@ -159,6 +159,55 @@ def test_wide_kernel_agrees_with_numpy_einsum():
     _check(_einsum_wide(x, y, f"{p}{q}{r},{r}{q}{s}->{p}{s}", None), np.einsum("ijk,kjl->il", x, y))
 
 
+def test_pair_gemm_kernel_is_one_broadcast_matmul_and_agrees_with_numpy():
+    """A pair einsum that is a GEMM with batch indices, its output ending in one
+    side's free indices after the other's, runs as one broadcast ``matmul`` (the
+    BLAS the time model prices it at), on random subscripts of that form: batch,
+    free and summed indices in random operand and output orders, indices of one
+    operand broadcast, float32/float64/complex mixes.  The result is numpy.einsum's
+    (shape, dtype, values), contiguous; forms it does not cover are None."""
+    from tra_dask.frontend.chunk_ops import MATMUL_MIN_SIDE, _einsum, _matmul_form
+
+    rng = np.random.default_rng(7)
+    used = 0
+    for trial in range(300):
+        letters = list("abcdefghij")
+        rng.shuffle(letters)
+        nb, nm, nn, nk, nx = rng.integers(0, 3), rng.integers(1, 3), rng.integers(1, 3), rng.integers(1, 3), rng.integers(0, 2)
+        cut = np.cumsum([nb, nm, nn, nk, nx])
+        batch, m, n, k, xonly = (letters[a:b] for a, b in zip([0, *cut[:-1]], cut))
+        xs = batch + m + k + xonly  # xonly: kept, in x alone (a broadcast axis of y)
+        ys = batch + k + n
+        out_head = batch + xonly
+        rng.shuffle(out_head)
+        left, right = (m, n) if rng.random() < 0.5 else (n, m)
+        out = "".join(out_head + list(rng.permutation(left)) + list(rng.permutation(right)))
+        xs, ys = "".join(rng.permutation(xs)), "".join(rng.permutation(ys))
+        sub = f"{xs},{ys}->{out}"
+        size = {c: int(rng.choice([1, 2, 3, 8, 9])) for c in xs + ys}
+        for c in m[:1] + n[:1]:
+            size[c] = MATMUL_MIN_SIDE + int(rng.integers(0, 5))
+        dt = rng.choice(["float64", "float32", "complex128"], size=2)
+        x = rng.standard_normal([size[c] for c in xs]).astype(dt[0])
+        y = rng.standard_normal([size[c] for c in ys]).astype(dt[1])
+        form = _matmul_form(sub)
+        assert form is not None, sub
+        assert form(np, x, y) is not None, sub
+        used += 1
+        got, want = _einsum(x, y, sub, None), np.einsum(sub, x, y)
+        assert got.shape == want.shape and got.dtype == want.dtype, sub
+        assert got.flags.c_contiguous
+        tol = 1e-4 if "float32" in dt else 1e-10
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * 10, err_msg=sub)
+    assert used == 300
+    assert _matmul_form("ij,jk->ki") is not None  # the output's last run may be either side's
+    for sub in ("ij,ij->i", "ii,ij->j", "ijk,jl->il", "bij,bjk->ikb", "i,j->ij", "ij,j->i"):
+        assert _matmul_form(sub) is None, sub  # not a GEMM, a diagonal, a one-sided sum, no free run last
+    small = np.ones((4, 64)), np.ones((64, 4))
+    assert _matmul_form("ij,jk->ik")(np, *small) is None  # small sides: numpy.einsum's loops
+    _check(_einsum(*small, "ij,jk->ik", None), np.einsum("ij,jk->ik", *small))
+
+
 # -- Array.dot ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("sa,sb", [((3, 4), (4, 5)), ((3, 4), (4,)), ((4,), (4,)), ((4,), (4, 2)),
