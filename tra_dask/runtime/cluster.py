@@ -48,16 +48,22 @@ def worker_config(memory_limit: float) -> dict:
     16`` (at most :data:`REUSE_CAP`), arrays up to that size come from the heap and
     up to that much freed memory stays for reuse: the nearest-neighbour plans ran
     11-24% faster, the FFNN steps 23-39% (dask.array on such workers gains alike).  The cost: up to that much memory a worker
-    freed still counts as its (unmanaged) memory.  Other Dask settings in
+    freed still counts as its (unmanaged) memory.  ``MALLOC_ARENA_MAX=1``: a task
+    runs on a worker thread, and glibc gives each thread an arena of heaps of at most
+    64 MiB, so an array larger than that (a 4000x4000 float64 result) was a fresh
+    ``mmap`` whatever the thresholds: writing a new 128 MB result took 16-160 ms
+    (page faults, 80-140 a round) where one arena reuses the freed memory (5 ms, no
+    faults), and the calibration (``client.run``: the worker's main thread, the main
+    arena) measured memory the tasks did not get.  Other Dask settings in
     ``distributed.nanny.pre-spawn-environ`` are kept."""
     keep = int(max(2**16, min(REUSE_CAP, memory_limit // 16)))
     env = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}),
-           "MALLOC_MMAP_THRESHOLD_": keep, "MALLOC_TRIM_THRESHOLD_": keep}
+           "MALLOC_MMAP_THRESHOLD_": keep, "MALLOC_TRIM_THRESHOLD_": keep, "MALLOC_ARENA_MAX": 1}
     return {**_CONFIG, "distributed.nanny.pre-spawn-environ": env}
 
 
 
-_MALLOC = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+_MALLOC = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX")
 
 
 @contextlib.contextmanager
