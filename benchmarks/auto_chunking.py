@@ -10,7 +10,8 @@ many-index einsum ``abcdef,bcdfg->abcdeg``, two elementwise pipelines ending in 
 reduction, a row-wise dot ``ij,ij->i``, the FFNN forward pass and SGD step and
 nearest neighbour — the plan with ``chunks="auto"`` runs **interleaved** (each
 round starting one variant later) with the plans of at least 6 hand-chosen grids
-(block counts per index; every input cut alike).  Each plan runs once untimed first
+(block counts per index; every input cut alike): ``--repeat`` rounds, and more for a
+shape whose plans are short, until each plan has run ``--min-time`` seconds.  Each plan runs once untimed first
 (it sends its inputs, which the scatter cache keeps, so later runs send nothing, as
 the time model assumes); a timed run is every task of the plan and the wait
 (results stay on the workers) — the same for all.  Planning is timed apart (the
@@ -29,7 +30,7 @@ along the contracted index (the shape of dask issue 10053), both over the same
 persisted dask arrays: wall time and the peak resident memory of the busiest worker
 (sampled every 10 ms).
 
-    python benchmarks/auto_chunking.py [--repeat 3] [--scale 0.25] [--sites 2 3] [--only gram]
+    python benchmarks/auto_chunking.py [--repeat 3] [--min-time 0.5] [--scale 0.25] [--sites 2 3] [--only gram]
         [--quick] [--no-dask] [--markdown FILE] [--no-write]
 """
 
@@ -240,11 +241,17 @@ def compare(client, p, args, dtype, spec):
             _run(client, plans[label])
         walls = {k: [] for k in plans}
         flagged = {k: 0 for k in plans}
-        for r in range(args.repeat):  # interleaved, each round starting one variant later
+        rounds, r = args.repeat, 0
+        while r < rounds:  # interleaved, each round starting one variant later
             for label in order[r % len(order):] + order[:r % len(order)]:
                 wall, busy = _run(client, plans[label])
                 walls[same[label]].append(wall)
                 flagged[same[label]] += busy
+            r += 1
+            if r == args.repeat:  # short plans: more rounds, up to --min-time of runs each (the min of
+                # 3 runs of a 0.05 s plan is noise here: row ratios moved by up to 0.4 run to run)
+                typical = float(np.median([w for v in walls.values() for w in v]))
+                rounds = max(rounds, min(MAX_ROUNDS, math.ceil(args.min_time / max(typical, 1e-3))))
         for k in plans:
             walls[k], flagged[k] = walls[same[k]], flagged[same[k]]
         row = Row(p, case.name, case.workload, dtype, {k: chosen_grid(pl, case) for k, pl in plans.items()},
@@ -324,6 +331,9 @@ def versus_dask(client, args):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--min-time", type=float, default=MIN_TIME,
+                    help="seconds of timed runs per plan at least: short plans run more rounds (at most "
+                         f"{MAX_ROUNDS})")
     ap.add_argument("--scale", type=float, default=SCALE)
     ap.add_argument("--sites", type=int, nargs="+", default=[2, 3])
     ap.add_argument("--dtype", nargs="+", default=["float64"])
@@ -335,7 +345,7 @@ def main(argv=None):
     ap.add_argument("--no-write", dest="write", action="store_false", help="do not write benchmarks/README.md")
     args = ap.parse_args(argv)
     if args.quick:
-        args.scale, args.repeat, args.sites = 0.02, 1, [2]
+        args.scale, args.repeat, args.sites, args.min_time = 0.02, 1, [2], 0.0
     t_start = time.perf_counter()
     all_rows, machines, calib, vs = [], [], [], None
     for p in args.sites:
@@ -357,7 +367,8 @@ def main(argv=None):
     every = prediction_rows(all_rows)
     planning, running = sum(sum(r.planning.values()) for r in all_rows), sum(r.running for r in all_rows)
     print("\n".join(lines + ["", *every, "", f"took {took:.0f} s: planning {planning:.0f} s, running {running:.0f} s"]))
-    command = (f"`python benchmarks/auto_chunking.py --repeat {args.repeat} --scale {args.scale} --sites "
+    command = (f"`python benchmarks/auto_chunking.py --repeat {args.repeat} --min-time {args.min_time} "
+               f"--scale {args.scale} --sites "
                f"{' '.join(map(str, args.sites))}{'' if args.vs_dask else ' --no-dask'}` ({took / 60:.1f} min)")
     if args.markdown:
         with open(args.markdown, "w") as f:
@@ -370,6 +381,7 @@ def main(argv=None):
                       [command, "", *lines])
 
 
+MIN_TIME, MAX_ROUNDS = 0.5, 12  # a 0.05 s plan runs 10 rounds, a 0.3 s one the 3 of --repeat
 SCALE = 0.25  # the default: both worker counts in about 15 minutes on the development VM's 2 cores
 
 
@@ -408,7 +420,8 @@ def table(rows, vs, machines, calib):
         "Inputs are numpy arrays in the client; each plan runs once untimed (it sends its inputs, kept by the "
         "scatter cache), then a timed run is every task and the wait (same for every row). `auto` = "
         "`chunks=\"auto\"` (the default); `hand` = every input cut by the block counts named (index letter + "
-        "number of blocks; unnamed indices one block). Min of the interleaved repeats; planning time apart. "
+        "number of blocks; unnamed indices one block). Min of the interleaved rounds (`--repeat`, and more for "
+        "short plans: `--min-time` seconds of runs per plan); planning time apart. "
         "`auto chose`: the auto plan's blocks per index of the inputs (`(= g)`: hand grid g's chunking); when "
         "the plans are identical their runs are pooled (the same plan measured twice differs only by noise).",
         "",
