@@ -71,3 +71,44 @@ class ScatterSpy:
 
     def __exit__(self, *exc) -> None:
         del self.client.scatter
+
+
+def refetched(client, rf, before) -> bool:
+    """Whether, during ``rf``'s run, a worker fetched an input chunk that it held when
+    the run began (``before``: ``{key: holders}``): the memory manager dropped that copy
+    meanwhile, and a task there read it."""
+    since, until = rf._started, rf._finished + 0.5
+    held = {k: set(ws) for k, ws in before.items()}
+
+    def fetched(dask_worker, held=held, since=since, until=until):
+        return [(e["who"], k) for e in dask_worker.transfer_outgoing_log
+                if since <= e.get("middle", e["start"]) <= until for k in e["keys"] if k in held]
+
+    return any(who in held[k] for moves in client.run(fetched).values() for who, k in moves)
+
+
+def settle(client, arrays, limit: float = 5.0) -> dict | None:
+    """Have Dask's memory manager drop the copies of the inputs that an earlier plan (or
+    the ``compute`` of the expected result) fetched — one cycle now (``client.amm.run_once``)
+    rather than waiting for its next (every 2 s) — and wait up to ``limit`` seconds for
+    the scheduler to see one holder per chunk: ``{key: [holder]}``, or None if it does
+    not.  (A plan reads each chunk from one holder; a planned transfer to a worker that
+    holds a second copy does not happen, so such a run moves less than its plan
+    predicts: tra_dask's model places a chunk on one site.  ``client.who_has`` takes
+    futures — given plain keys it answers ``{}`` — so the scheduler is asked here.)"""
+    import time
+
+    from distributed import futures_of
+
+    from tra_dask.runtime.cluster import _who_has
+
+    keys = [f.key for f in futures_of(arrays)]
+    deadline = time.monotonic() + limit
+    while True:
+        client.amm.run_once()
+        who = _who_has(client, keys)
+        if len(who) == len(keys) and all(len(w) == 1 for w in who.values()):
+            return who
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.1)

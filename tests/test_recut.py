@@ -16,6 +16,8 @@ from tra_dask.frontend.recut import aligned, recut
 from tra_dask.frontend.run import build_local
 from tra_dask.logical import Pieces, piece_table
 
+from helpers import refetched, settle
+
 
 def _slices(n: int):
     """Every kind of slice of an axis of ``n``: both signs of start, stop and step,
@@ -169,7 +171,7 @@ def test_slices_and_rechunked_dask_inputs_run_on_a_cluster_as_predicted(client):
     """Slices off the blocks of a persisted dask array, and an einsum whose chunking
     differs from the inputs': exact results, the re-cut inside the plan (no dask
     rechunk: the plan reads the persisted blocks), and the bytes the workers moved
-    equal to the plan's prediction."""
+    equal to the plan's prediction (on inputs of one copy a chunk: tests/helpers.settle)."""
     import dask.array as da
     from distributed import Future
 
@@ -183,12 +185,21 @@ def test_slices_and_rechunked_dask_inputs_run_on_a_cluster_as_predicted(client):
     cases = [(td.from_array(X)[3:88:2, ::-1], x[3:88:2, ::-1]), (td.einsum("ij,jk->ik", X, Y), x @ y),
              (td.from_array(X)[5:85] @ td.from_array(Y), x[5:85] @ y)]
     for e, want in cases:
-        rf = td.submit(e, client=client)
-        np.testing.assert_allclose(rf.to_numpy(), want, rtol=1e-12)
-        sources = [n.source for n in rf.plan.nodes if hasattr(n, "source")]
-        assert not any("rechunked" in s.name for s in sources)
-        assert any(isinstance(s, Pieces) for s in sources), rf.plan.explain()
-        assert rf.transfers() == rf.plan.cost.bytes_moved, rf.plan.explain()
+        for _ in range(3):  # until a run found one copy of each input chunk and kept it
+            # (a plan places each chunk on one holder: the copies an earlier case fetched are
+            # dropped first, and a run during which the memory manager dropped and fetched
+            # one again is not compared)
+            before = settle(client, [X, Y])
+            rf = td.submit(e, client=client)
+            np.testing.assert_allclose(rf.to_numpy(), want, rtol=1e-12)
+            sources = [n.source for n in rf.plan.nodes if hasattr(n, "source")]
+            assert not any("rechunked" in s.name for s in sources)
+            assert any(isinstance(s, Pieces) for s in sources), rf.plan.explain()
+            if before is not None and not refetched(client, rf, before):
+                assert rf.transfers() == rf.plan.cost.bytes_moved, rf.plan.explain()
+                break
+        else:
+            pytest.fail("no run of 3 found one copy of each input chunk and kept it")
 
 
 RNG = np.random.default_rng(7)
