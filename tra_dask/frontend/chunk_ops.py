@@ -65,12 +65,14 @@ def _einsum(*args):
     if dtype is not None:  # numpy's einsum(dtype=): the operands cast (the front-end checked casting=), then summed
         chunks = [c.astype(dtype, copy=False) for c in chunks]
     form = _matmul_form(sub) if len(chunks) == 2 else None
-    if form is not None and all(c.dtype.kind in "fc" for c in chunks):
+    if form is not None and all(c.dtype in _BLAS_TYPES for c in chunks):
         got = form(xp, *chunks)
         if got is not None:
             return got
     return _contiguous(xp, xp.einsum(sub, *chunks, optimize=len(chunks) > 1))
 
+
+_BLAS_TYPES = tuple(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))  # (others: einsum)
 
 # A GEMM whose two free sides are each smaller than this stays with numpy.einsum: on
 # small products a stack of BLAS calls is no faster than einsum's own loops (numpy
