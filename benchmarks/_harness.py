@@ -92,7 +92,7 @@ def start_dask_processes(sites: int) -> Client:
     with dask.config.set(config):
         inherit = dask.config.serialize(dask.config.global_config)
     env = dict(os.environ, DASK_INTERNAL_INHERIT_CONFIG=inherit,
-               **{k: str(v) for k, v in config["distributed.nanny.pre-spawn-environ"].items()
+               **{k: str(v) for k, v in config.get("distributed.nanny.pre-spawn-environ", {}).items()
                   if k.startswith("MALLOC_")})
     dask_cli = str(Path(sys.executable).with_name("dask"))
     tmp = tempfile.TemporaryDirectory()

@@ -123,7 +123,10 @@ def _matmul_form(sub: str):
 
     def form(xp, x, y):
         left, right = (x, y)[first], (x, y)[last]
-        size = {c: n for s, a in ((ls, left), (rs, right)) for c, n in zip(s, a.shape)}
+        size = dict(zip(ls, left.shape))
+        if any(size.get(c, n) != n for c, n in zip(rs, right.shape)):
+            return None  # a shared index of extents 1 and n: numpy.einsum broadcasts it
+        size.update(zip(rs, right.shape))
         m, n = math.prod(size[c] for c in left_run), math.prod(size[c] for c in right_run)
         if min(m, n) < MATMUL_MIN_SIDE:
             return None
