@@ -402,38 +402,51 @@ def test_worker_config_bounds_the_memory_a_worker_keeps():
     assert all(small[k] == v for k, v in _CONFIG.items())
 
 
-def _large_results_faults(nbytes, rounds):
-    """On a worker thread: page faults of each of ``rounds`` rounds that make an array
-    of ``nbytes`` while the previous round's is alive, then free that one."""
-    import resource
+_LARGE_RESULTS = """
+import json, logging, os, resource, sys
+import numpy as np
+from distributed import Client, LocalCluster
+from tra_dask.runtime.cluster import spawn_config, worker_config
 
-    prev, faults = None, []
+def faults(nbytes, rounds):
+    # on a worker thread: the page faults of each round that makes an array of nbytes
+    # while the previous round's is alive, then frees that one
+    prev, out = None, []
     for _ in range(rounds):
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         cur = np.ones(nbytes // 8)
-        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+        out.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
         prev, cur = cur, None
-    return faults
+    return out
+
+if __name__ == "__main__":
+    with spawn_config(worker_config(4 * 2**30)):  # keeps up to 256 MiB freed
+        cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                               dashboard_address=None, memory_limit=4 * 2**30, silence_logs=logging.CRITICAL)
+    with cluster, Client(cluster) as client:
+        print("FAULTS", json.dumps(client.submit(faults, 96 * 2**20, 9, pure=False).result()))
+"""
 
 
 @pytest.mark.cluster
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc settings: glibc only")
-def test_a_worker_task_reuses_the_memory_of_large_results_it_freed(monkeypatch):
+def test_a_worker_task_reuses_the_memory_of_large_results_it_freed(tmp_path):
     """A task runs on a worker thread; glibc's thread arenas hold at most 64 MiB a
     heap, so without ``MALLOC_ARENA_MAX=1`` (``worker_config``) every larger result
-    is a fresh mmap whose pages fault on first write (80-140 faults a 96 MiB round
+    is a fresh mmap whose pages fault on first write (48-560 faults a 96 MiB round
     here, with transparent huge pages; 24,576 without), however the thresholds are
-    set.  With it, after the first rounds the freed memory is reused."""
-    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)  # (a value the environment set would be kept)
-    config = worker_config(4 * 2**30)  # keeps up to 256 MiB freed
-    with spawn_config(config):
-        cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                               dashboard_address=None, memory_limit=4 * 2**30, silence_logs=logging.CRITICAL)
-    try:
-        with Client(cluster) as client:
-            faults = client.submit(_large_results_faults, 96 * 2**20, 9, pure=False).result()
-    finally:
-        cluster.close()
+    set.  With it, after the first rounds the freed memory is reused.  (In a process
+    of its own: glibc reads the variables when a worker process starts, from the
+    environment it inherits.)"""
+    import subprocess
+    import sys
+
+    script = tmp_path / "large.py"
+    script.write_text(_LARGE_RESULTS)
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}  # (a value set there would be kept)
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr
+    faults = json.loads(next(x for x in res.stdout.splitlines() if x.startswith("FAULTS"))[6:])
     # reused: a fault or two of bookkeeping, not fresh pages (a round may still grow the heap,
     # where another thread's allocation split a freed block)
     assert sorted(faults[3:])[3] < 16, faults
