@@ -436,8 +436,8 @@ def test_a_worker_task_reuses_the_memory_of_large_results_it_freed(tmp_path):
     is a fresh mmap whose pages fault on first write (48-560 faults a 96 MiB round
     here, with transparent huge pages; 24,576 without), however the thresholds are
     set.  With it, after the first rounds the freed memory is reused.  (In a process
-    of its own: glibc reads the variables when a worker process starts, from the
-    environment it inherits.)"""
+    of its own, with Dask's default start method: this suite starts workers from a
+    forkserver, whose processes inherit the malloc state of the forkserver's own start.)"""
     import subprocess
     import sys
 
