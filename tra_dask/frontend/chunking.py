@@ -26,7 +26,8 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from ..optimizer.optimize import NoPlanFits
+from ..optimizer.objective import FastestTime
+from ..optimizer.optimize import TRAFFIC_RATIO, NoPlanFits
 from .nodes import Einsum, Leaf, Slice
 
 __all__ = ["AxisClasses", "Choice", "check_chunking", "choose"]
@@ -272,6 +273,38 @@ def _descend(cands, free, start, starts, cost):
     return best
 
 
+def less_traffic_chunking(tried: dict, best: list) -> tuple[list, str]:
+    """``(blocks, note)``: the time objective's rule under its own error
+    (:func:`~tra_dask.optimizer.optimize.less_traffic`) over the chunkings planned
+    (``tried``: blocks -> (plan, predicted seconds)): the fastest is kept unless
+    another moves a ``TRAFFIC_RATIO``-th of its floats or less and is predicted within
+    the objective's band of its time; then the fastest such, and the rule again from
+    it.  ``note`` says what was passed over (empty when the fastest stands)."""
+    cur, notes = tuple(best), []
+    band = FastestTime().band  # (the Dask config's tra-dask.time-band, else the default)
+    seen = {cur}
+    while band:
+        plan, seconds = tried[cur]
+        if plan is None:
+            break
+        better = []
+        for k, (p, s) in tried.items():
+            if k in seen or p is None or s == math.inf:
+                continue
+            if plan.cost.floats_moved > TRAFFIC_RATIO * p.cost.floats_moved and seconds > (1.0 - band) * s:
+                better.append((s, p.cost.floats_moved, k))
+        if not better:
+            break
+        s, moved, k = min(better)
+        notes.append(f"chosen over a chunking predicted {1 - seconds / s:.1%} faster that moves "
+                     f"{plan.cost.floats_moved / max(moved, 1):.1f}x its floats ({plan.cost.floats_moved:,} against "
+                     f"{moved:,}): a gain within the model's error band ({band:.0%}) does not buy that much more "
+                     f"traffic")
+        seen.add(k)
+        cur = k
+    return list(cur), "".join(f"; {n}" for n in notes)
+
+
 def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, settled: bool = False) -> Choice:
     """The chunking of the expression whose axis classes are ``cl`` with the least
     predicted seconds.
@@ -294,6 +327,7 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
     any other is planned once, by ``final``, not by ``evaluate`` and again by ``final``.
     """
     t0 = time.perf_counter()
+    traffic_note = ""
     cands = [cl.candidates(ci, sites) for ci in range(len(cl.classes))]
     free = [ci for ci, c in enumerate(cands) if len(c) > 1]
     tried: dict = {}
@@ -362,6 +396,7 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
         if not tried or all(v[1] == math.inf for v in tried.values()):
             raise NoPlanFits(tried_msg(cl, tried or {k: None for _, k in ranked}, refusals))
         best = list(min(tried, key=lambda k: tried[k][1]))
+        best, traffic_note = less_traffic_chunking(tried, best)
         if final is not None:  # the winner planned again with the full search
             try:
                 tried[tuple(best)] = final(best)
@@ -381,7 +416,7 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
             except NoPlanFits:
                 pass
         if full:
-            best = list(min(full, key=lambda k: full[k][1]))
+            best, traffic_note = less_traffic_chunking(full, list(min(full, key=lambda k: full[k][1])))
             tried[tuple(best)] = full[tuple(best)]
     if tuple(best) in tried:
         plan, seconds = tried[tuple(best)]
@@ -394,10 +429,10 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
     n_tried = max(1, len(tried))
     if ranked is not None:
         choice.why = (f"{choice.describe()}; least predicted time of {n_tried} chunking(s) planned, the best "
-                      f"of {len(ranked)} by an analytic estimate")
+                      f"of {len(ranked)} by an analytic estimate{traffic_note}")
     else:
         choice.why = (f"{choice.describe()}; least predicted time of {n_tried} chunking(s) tried"
-                      + (" (the closest planned again in full)" if final is not None else "")
+                      + (" (the closest planned again in full)" if final is not None else "") + traffic_note
                       if len(tried) > 1 else choice.describe())
     return choice
 
