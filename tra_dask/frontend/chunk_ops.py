@@ -91,7 +91,7 @@ def _matmul_form(sub: str):
     operand is transposed to (its batch axes in the output's order, its free run,
     the summed indices) and reshaped; the product reshapes to the output's order
     with no copy.  numpy.einsum runs such a contraction with batch indices in its own
-    loops, 1.2-2.3x slower than BLAS here, where the time model prices a GEMM at the
+    loops, 1.2-3.3x slower than BLAS here, where the time model prices a GEMM at the
     BLAS rate.  None when the subscripts are not of that form (a diagonal, an index
     summed in one operand only, no free run at the output's end): numpy.einsum."""
     ins, out = sub.split("->")

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..optimizer.objective import FastestTime
-from ..optimizer.optimize import TRAFFIC_RATIO, NoPlanFits
+from ..optimizer.optimize import NoPlanFits, band_note, within_band
 from .nodes import Einsum, Leaf, Slice
 
 __all__ = ["AxisClasses", "Choice", "check_chunking", "choose"]
@@ -275,11 +275,10 @@ def _descend(cands, free, start, starts, cost):
 
 def less_traffic_chunking(tried: dict, best: list) -> tuple[list, str]:
     """``(blocks, note)``: the time objective's rule under its own error
-    (:func:`~tra_dask.optimizer.optimize.less_traffic`) over the chunkings planned
-    (``tried``: blocks -> (plan, predicted seconds)): the fastest is kept unless
-    another moves a ``TRAFFIC_RATIO``-th of its floats or less and is predicted within
-    the objective's band of its time; then the fastest such, and the rule again from
-    it.  ``note`` says what was passed over (empty when the fastest stands)."""
+    (:func:`~tra_dask.optimizer.optimize.within_band`, as ``less_traffic`` applies it
+    to plans) over the chunkings planned (``tried``: blocks -> (plan, predicted
+    seconds)): the fastest is kept unless another it gives way to; then the fastest
+    such, and the rule again from it.  ``note`` says what was passed over (empty when the fastest stands)."""
     cur, notes = tuple(best), []
     band = FastestTime().band  # (the Dask config's tra-dask.time-band, else the default)
     seen = {cur}
@@ -291,15 +290,12 @@ def less_traffic_chunking(tried: dict, best: list) -> tuple[list, str]:
         for k, (p, s) in tried.items():
             if k in seen or p is None or s == math.inf:
                 continue
-            if plan.cost.floats_moved > TRAFFIC_RATIO * p.cost.floats_moved and seconds > (1.0 - band) * s:
+            if within_band(seconds, plan.cost.floats_moved, s, p.cost.floats_moved, band):
                 better.append((s, p.cost.floats_moved, k))
         if not better:
             break
         s, moved, k = min(better)
-        notes.append(f"chosen over a chunking predicted {1 - seconds / s:.1%} faster that moves "
-                     f"{plan.cost.floats_moved / max(moved, 1):.1f}x its floats ({plan.cost.floats_moved:,} against "
-                     f"{moved:,}): a gain within the model's error band ({band:.0%}) does not buy that much more "
-                     f"traffic")
+        notes.append(band_note("chunking", seconds, plan.cost.floats_moved, s, moved, band))
         seen.add(k)
         cur = k
     return list(cur), "".join(f"; {n}" for n in notes)

@@ -218,6 +218,23 @@ TRAFFIC_RATIO = 1.5
 TRAFFIC_POOL = 24
 
 
+def within_band(seconds: float, floats: int, other_seconds: float, other_floats: int, band: float) -> bool:
+    """The time objective's rule under its own error, for one pair: whether a choice
+    predicted ``seconds`` that moves ``floats`` gives way to another predicted
+    ``other_seconds`` that moves ``other_floats`` — it moves more than
+    :data:`TRAFFIC_RATIO` times the other's floats and is not predicted at least
+    ``band`` faster."""
+    return floats > TRAFFIC_RATIO * other_floats and seconds > (1.0 - band) * other_seconds
+
+
+def band_note(what: str, seconds: float, floats: int, other_seconds: float, other_floats: int,
+              band: float) -> str:
+    """What :func:`within_band` passed over, for ``plan.explain()``."""
+    return (f"chosen over a {what} predicted {1 - seconds / other_seconds:.1%} faster that moves "
+            f"{floats / max(other_floats, 1):.1f}x its floats ({floats:,} against {other_floats:,}): a gain "
+            f"within the model's error band ({band:.0%}) does not buy that much more traffic")
+
+
 def less_traffic(chosen, cost, pairs, obj, fuse) -> tuple:
     """``(outputs, cost, note)``: the time objective's choice made robust to its own
     error.  The fastest plan is kept unless one of the search's best
@@ -244,15 +261,12 @@ def less_traffic(chosen, cost, pairs, obj, fuse) -> tuple:
                 if cost.seconds <= (1.0 - band) * (obj.seconds(c) - c.tasks * overhead):
                     continue  # faster by the band even were all its tasks fused: no need to fuse it
                 c = fuse.cost(outs, c)
-                if cost.seconds > (1.0 - band) * c.seconds:
+                if within_band(cost.seconds, cost.floats_moved, c.seconds, c.floats_moved, band):
                     better.append((c.seconds, c.floats_moved, len(better), outs, c))
         if not better:
             break
         _, _, _, outs, c = min(better)
-        notes.append(f"chosen over a plan predicted {1 - cost.seconds / c.seconds:.1%} faster that moves "
-                     f"{cost.floats_moved / max(c.floats_moved, 1):.1f}x its floats ({cost.floats_moved:,} against "
-                     f"{c.floats_moved:,}): a gain within the model's error band ({band:.0%}) does not buy that "
-                     f"much more traffic")
+        notes.append(band_note("plan", cost.seconds, cost.floats_moved, c.seconds, c.floats_moved, band))
         pool = [(o, k) for o, k in pool if o != outs]
         chosen, cost = outs, c
     if notes and cost is not first:
