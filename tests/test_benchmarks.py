@@ -108,7 +108,9 @@ def test_auto_chunking_quick_run(tmp_path):
     assert sorted(r[1].split()[0] for r in shapes) == ["gram", "outer-like", "row"], text
     for r in shapes:
         auto, best, ratio, worst, pred = float(r[3]), float(r[5]), float(r[6]), float(r[7]), float(r[9])
-        assert 0 < best <= worst and auto > 0 and pred > 0 and ratio == pytest.approx(auto / best, rel=0.05, abs=0.02)
+        # the ratio is of the unrounded times: it lies within what the printed ones (3 decimals) allow
+        low, high = (auto - 5e-4) / (best + 5e-4), (auto + 5e-4) / max(best - 5e-4, 1e-9)
+        assert 0 < best <= worst and auto > 0 and pred > 0 and low - 0.005 <= ratio <= high + 0.005, r
     workloads = [r for r in table if len(r) == 7]
     assert sorted(r[1] for r in workloads) == ["X.T @ X", "outer product", "row dot"], text
     every = [r for r in table if len(r) == 11 and r[2] != "float64"]  # every plan timed
