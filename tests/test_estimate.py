@@ -108,8 +108,8 @@ def test_orders_estimated_far_slower_are_not_planned(plans):
     note = plan.stage("chunking").note
     assert "contraction order [[1, 2], [0, 1]], the fastest of 1 planned (of 2 from opt_einsum" in note, note
     planned_chunkings = int(note.split("least predicted time of ")[1].split(" ")[0])
-    assert len(plans) == planned_chunkings + 1, plans  # each chunking quick, the winner in full, no second order
-    assert [o for _, o in plans].count("auto") == 1
+    assert len(plans) == planned_chunkings + 1, plans  # each chunking quick, the winner kept, no second order
+    assert [o for _, o in plans].count(run.kept_search()) == 1
 
 
 @pytest.mark.parametrize("expr,sites", [
@@ -150,3 +150,45 @@ def test_the_quick_searches_choose_what_the_wider_quick_search_chose(expr, sites
     assert narrow.cost.seconds == pytest.approx(wide.cost.seconds, rel=1e-9)
     assert narrow.cost.floats_moved == wide.cost.floats_moved
     assert sum(quick) < sum(wide_quick), (quick, wide_quick)
+
+
+@pytest.mark.parametrize("expr,sites", [
+    (lambda: td.einsum("ab,bc,cd,de,ef->af", *[arr(4096, 4096) for _ in range(5)]), 16),
+    (lambda: td.einsum("ij,jk,kl->il", arr(600, 400), arr(400, 500), arr(500, 300)), 2),
+    (lambda: td.einsum("abcdef,bcdfg->abcdeg", arr(*(24,) * 6), arr(*(24,) * 5)), 16),
+    (lambda: td.einsum("db,b,cad->ab", arr(512, 64), arr(64), arr(256, 1024, 512)), 2),
+    (lambda: arr(8000, 400) @ arr(400, 8000) @ arr(8000, 400), 3),
+    (lambda: (arr(3000, 3000) @ arr(3000, 3000)).sum(axis=0) + arr(3000), 4),
+])
+def test_the_plan_kept_predicts_what_the_default_search_of_its_chunking_finds(expr, sites, plans):
+    """The array front-end keeps its chosen chunking's plan as the narrow search makes
+    it (``run.kept_search()``: the quick search's beam, with the least-traffic candidates
+    the time band's near ties go to), not the default search of six placements per node:
+    on these expressions that search, run on the same relation, predicts the same
+    seconds and moves the same floats.  The Dask config ``tra-dask.array-search``
+    chooses another search for the plan kept."""
+    from tra_dask.optimizer import optimize
+    from tra_dask.optimizer.target import Target
+
+    assert run.kept_search() == "narrow"
+    rel, plan = run.build_local(expr(), sites=sites)
+    assert [o for _, o in plans].count("auto") == 0 and [o for _, o in plans].count("narrow") <= 1, plans
+    wide = optimize(rel, Target(sites, cluster=ClusterSpec(sites=sites)), objective="time", options="auto")
+    assert plan.cost.seconds == pytest.approx(wide.cost.seconds, rel=1e-9)
+    assert plan.cost.floats_moved == wide.cost.floats_moved
+    import dask
+
+    run._CHOICES.clear()
+    plans.clear()
+    with dask.config.set({"tra-dask.array-search": "auto"}):
+        _, again = run.build_local(expr(), sites=sites)
+    assert [o for _, o in plans].count("auto") <= 1 and "narrow" not in [o for _, o in plans], plans
+    assert again.cost.seconds == pytest.approx(wide.cost.seconds, rel=1e-9)
+
+
+def test_a_search_for_the_plan_kept_that_is_not_named_is_refused():
+    import dask
+
+    with dask.config.set({"tra-dask.array-search": "widest"}):
+        with pytest.raises(ValueError, match="unknown search options 'widest'; valid: 'auto', 'quick'"):
+            run.build_local(arr(100, 100) @ arr(100, 100), sites=2)

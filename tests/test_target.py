@@ -48,7 +48,7 @@ def test_named_search_options():
 
 def test_bad_planning_context_is_refused_early():
     e = _expr()
-    with pytest.raises(ValueError, match="unknown search options 'fast'; valid: 'auto', 'quick', 'full'"):
+    with pytest.raises(ValueError, match="unknown search options 'fast'; valid: 'auto', 'quick', 'narrow', 'full'"):
         td.optimize(e, 2, options="fast")
     with pytest.raises(ValueError, match="memory_limit given with a Target"):
         td.optimize(e, Target(2), memory_limit="1GB")

@@ -311,7 +311,7 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
     (:class:`~tra_dask.frontend.estimate.Estimator`): every candidate chunking is
     ranked by it (all combinations, or coordinate descent where there are more than
     :data:`EXHAUSTIVE`) and only the best :data:`PLANNED` are planned by ``evaluate``
-    (and the best of those again by ``final``, the full search, when given), going down the ranking
+    (and the best of those again by ``final``, the kept plan's search, when given), going down the ranking
     while none fits in memory (past chunkings whose block products are as large as one
     that did not fit); the least predicted seconds of those planned wins.
     Without it every chunking tried is planned by ``evaluate`` (coordinate descent)
@@ -393,7 +393,7 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
             raise NoPlanFits(tried_msg(cl, tried or {k: None for _, k in ranked}, refusals))
         best = list(min(tried, key=lambda k: tried[k][1]))
         best, traffic_note = less_traffic_chunking(tried, best)
-        if final is not None:  # the winner planned again with the full search
+        if final is not None:  # the winner planned again with the kept plan's search
             try:
                 tried[tuple(best)] = final(best)
             except NoPlanFits:

@@ -109,10 +109,28 @@ def _fixed_path(node: Einsum):
 
 
 # candidates are compared under the "quick" search options (optimizer.target.SEARCH_OPTIONS:
-# two placements per node, fewer rounds where the beam binds, no least-traffic candidates;
-# a budget of 300 rewrites as well left plans 1.2-2x slower); the best is planned again
-# with "auto"
+# two placements per node, fewer rounds where the beam binds; a budget of 300 rewrites as
+# well left plans 1.2-2x slower); the plan kept is searched with kept_search()'s options
 ORDERS = 2  # contraction orders planned under the chosen chunking (the best by the estimate)
+KEPT_SEARCH = "narrow"
+
+
+def kept_search() -> str:
+    """The search options the plan an array expression keeps is made with: the Dask
+    config ``tra-dask.array-search`` (default ``"narrow"``: the comparison's beam, with
+    the least-traffic candidates the time band's near ties go to; where the comparison's
+    beam never bound, its plan is kept as it is; ``"auto"`` searches the winner wider).
+    On every row of the chunking benchmarks and on random einsums ``"auto"`` predicted
+    the same seconds (benchmarks/README.md, "The plan kept")."""
+    import dask
+
+    from ..optimizer.target import search_options
+
+    name = dask.config.get("tra-dask.array-search", KEPT_SEARCH)
+    if not isinstance(name, str):
+        raise ValueError(f"tra-dask.array-search must name search options, got {name!r}")
+    search_options(name)  # (an unknown name: the error lists the valid ones)
+    return name
 
 
 def _rechunk_seconds(arr, sites: int, spec) -> float:
@@ -151,7 +169,7 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
     arrays planned together) on ``target`` (its sites and cluster spec; a
     :class:`~tra_dask.optimizer.target.Target`): ``plan_rel(rel, options) -> Plan``
     plans a relation with the named search options (``"quick"``, a narrower search,
-    for comparing candidates; ``"auto"`` for the plan kept).  A candidate that cuts a dask
+    for comparing candidates; :func:`kept_search`'s for the plan kept).  A candidate that cuts a dask
     input otherwise re-cuts it inside its plan (``dask_source``), costed there.  Returns ``(relation or
     tuple of relations, plan, choice)`` (choice None when an expression of the same
     structure — :func:`_structure` and ``context`` — was chosen for before: that
@@ -172,22 +190,24 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
     on_device = any(isinstance(n, Leaf) and is_device(getattr(n.data, "_meta", n.data)) for n in cl.nodes)
     if not on_device:  # the GPU terms price device data only (host chunks run on the CPUs)
         spec = spec.on_host()
-    structure = (_structure(roots, sites, spec), context)
+    kept = kept_search()
+    structure = (_structure(roots, sites, spec), context, kept)
 
     def evaluate(blocks, paths=paths, quick=True):
-        key = (tuple(blocks), tuple(paths.get(n) for n in multi), quick)
-        narrow = built.get(key[:2] + (True,))
-        if not quick and key not in built and narrow is not None and searched_alike(narrow[1], "quick", "auto"):
-            built[key] = narrow  # the quick search's beam never bound: the full search's space is the same
-        if quick and key not in built and key[:2] + (False,) in built:
-            built[key] = built[key[:2] + (False,)]  # searched in full already: the plan it would come to
+        options = "quick" if quick else kept
+        key = (tuple(blocks), tuple(paths.get(n) for n in multi), options)
+        narrow = built.get(key[:2] + ("quick",))
+        if not quick and key not in built and narrow is not None and searched_alike(narrow[1], "quick", kept):
+            built[key] = narrow  # the quick search's beam never bound: the wider search's space is the same
+        if quick and key not in built and key[:2] + (kept,) in built:
+            built[key] = built[key[:2] + (kept,)]  # searched wider already: the plan it would come to
         if key not in built:
             def block(node, axis):
                 return min(blocks[cl.of[(node, axis)]], max(1, node.shape[axis]))
 
             build = Builder(block, dask_source, paths)
             rel = tuple(build(r) for r in roots) if several else build(roots[0])
-            built[key] = (rel, plan_rel(rel, "quick" if quick else "auto"))
+            built[key] = (rel, plan_rel(rel, options))
         p = built[key][1]
         return p, p.cost.seconds or 0.0
 
@@ -201,13 +221,15 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
         except NoPlanFits:  # it does not fit where it did (less memory now): choose again
             pass
         else:
-            rel, best = built[(tuple(blocks), tuple(before.get(n) for n in multi), False)]
+            rel, best = built[(tuple(blocks), tuple(before.get(n) for n in multi), kept)]
             why = f"{why} (the choice made before for an expression of this structure)"
             return rel, best.with_stage(Stage("chunking", None, time.perf_counter() - t0, why)), None
     estimate = Estimator(cl, sites, spec, paths,
                          rechunk=lambda arr, cut: _rechunk_seconds(arr, sites, spec))
-    choice = choose(cl, sites, evaluate, final=lambda blocks: evaluate(blocks, quick=False), estimate=estimate,
-                    settled=all(len(c) < 2 for c in orders.values()))
+    settled = all(len(c) < 2 for c in orders.values())
+    # (a contraction order still open: the plan kept is made once the order is chosen, below)
+    choice = choose(cl, sites, evaluate, final=(lambda blocks: evaluate(blocks, quick=False)) if settled else None,
+                    estimate=estimate, settled=settled)
     notes = []
     for node, cands in orders.items():  # the contraction order: opt_einsum's candidates, costed under the chunking
         guesses = []  # each order's analytic estimate: the best ORDERS are planned
@@ -230,9 +252,9 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
             paths[node] = min(scored)[2]
             notes.append(f"contraction order {[list(s) for s in paths[node]]}, the fastest of {len(scored)} planned "
                          f"(of {len(cands)} from opt_einsum, by the estimate) for {','.join(node.subs)}->{node.out}")
-    # the final plan: the full search
+    # the plan kept (kept_search(): the plan compared, or a wider search of it)
     evaluate(choice.blocks, paths, quick=False)
-    rel, best = built[(tuple(choice.blocks), tuple(paths.get(n) for n in multi), False)]
+    rel, best = built[(tuple(choice.blocks), tuple(paths.get(n) for n in multi), kept)]
     why = choice.why + ("; " + "; ".join(notes) if notes else "")
     with _CHOICES_LOCK:
         _CHOICES[structure] = (tuple(choice.blocks), tuple(paths.get(n) for n in multi), why)

@@ -74,6 +74,9 @@ SEARCH_OPTIONS = {
     # node, two rounds of rewriting where the beam binds, no least-traffic candidate beyond
     # the beam (benchmarks/README.md, "Quick searches")
     "quick": SearchOptions("quick", beam=2, bound_rounds=2, least_traffic=False),
+    # the plan frontend.run keeps: quick's beam and rounds, with each node's least-traffic
+    # candidate (what the time band's near ties go to; benchmarks/README.md, "The plan kept")
+    "narrow": SearchOptions("narrow", beam=2, bound_rounds=2),
     "full": SearchOptions("full", sketch=False),
 }
 

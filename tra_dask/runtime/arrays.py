@@ -11,7 +11,7 @@ call, by the caller of :func:`plan_on`.
 from __future__ import annotations
 
 from ..frontend.recut import rechunk
-from ..frontend.run import as_arrays, evaluate_local, plan_chunking, refuse_empty, with_empties
+from ..frontend.run import as_arrays, evaluate_local, kept_search, plan_chunking, refuse_empty, with_empties
 from ..kernels import to_host
 from .cluster import _resolve, current_client
 from .resident import from_dask_array
@@ -52,9 +52,9 @@ def plan_on(x, client, workers, *, calibrate: bool = True, memory_limit=None, ga
     target, _ = target_for(client, workers, memory_limit=memory_limit, calibrate=calibrate, objective="time",
                            gathers=gathers)
     _, p, _ = plan_chunking(x, target, plan_rel, dask_source, context=(tuple(workers), memory_limit, calibrate))
-    # the final plan is plan_rel's full search, with the chunking stage recorded before it
+    # the plan kept is plan_rel's search with kept_search()'s options, the chunking stage recorded before it
     return _remember(p, p.stages[:1], objective="time", calibrate=calibrate, memory_limit=memory_limit,
-                     gathers=gathers)
+                     gathers=gathers, options=kept_search())
 
 
 def submit(x, client=None, sites=None, **kw):

@@ -107,11 +107,11 @@ def _plan_for(expr, client, workers, *, optimize, memory_limit, cost_model, obje
            room is None and target.memory_limit)
     while True:  # (a miss another thread is planning: its plan, once it is in the cache)
         plan = cache.get(key, expr, sources, accept=lambda p, limit: _fits(p, limit, target.memory_limit))
-        if plan is None and options == "auto" and beam is None and budget is None:
+        if plan is None and isinstance(options, str) and options != "quick" and beam is None and budget is None:
             # the quick search's plan of the same expression, where it is what this search finds
             quick = cache.get(key[:5] + ("quick",) + key[6:], expr, sources,
                               accept=lambda p, limit: _fits(p, limit, target.memory_limit))
-            if quick is not None and searched_alike(quick, "quick", "auto"):
+            if quick is not None and searched_alike(quick, "quick", options):
                 plan = quick
         if plan is not None:
             return plan
