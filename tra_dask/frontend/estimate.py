@@ -72,6 +72,7 @@ class Estimator:
         self.naming = sum(named.values()) / spec.hash_bandwidth
         self.footprints: dict = {}
         self._piece_counts: dict = {}  # (gather node, block in, block out) -> its pieces
+        self._contracts: dict = {}  # a contraction step's (seconds, tasks, footprint) by what it reads
 
     # -- rates -------------------------------------------------------------------------
     def _elementwise_rate(self, dtype) -> float:
@@ -240,7 +241,20 @@ class Estimator:
 
     def _contract(self, group, out, involved, sizes, letters, itemsize, complex_, dtype) -> tuple[float, int]:
         """One contraction step: its seconds on the best grid of sites found
-        greedily (module doc), and its tasks."""
+        greedily (module doc), and its tasks — memoised on what they depend on (a
+        descent changes one class at a time: most steps are estimated before)."""
+        key = (tuple(group), out, tuple((sizes[c], letters.get(c, 1)) for c in involved), itemsize, complex_,
+               str(dtype))
+        hit = self._contracts.get(key)
+        if hit is None:
+            before, self._footprint = self._footprint, 0.0
+            s, t = self._contract_once(group, out, involved, sizes, letters, itemsize, complex_, dtype)
+            hit = self._contracts[key] = (s, t, self._footprint)
+            self._footprint = before
+        self._footprint = max(self._footprint, hit[2])
+        return hit[0], hit[1]
+
+    def _contract_once(self, group, out, involved, sizes, letters, itemsize, complex_, dtype) -> tuple[float, int]:
         b = [letters.get(c, 1) for c in involved]
         pos = {c: i for i, c in enumerate(involved)}
         calls = math.prod(b)
