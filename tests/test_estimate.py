@@ -108,8 +108,9 @@ def test_orders_estimated_far_slower_are_not_planned(plans):
     note = plan.stage("chunking").note
     assert "contraction order [[1, 2], [0, 1]], the fastest of 1 planned (of 2 from opt_einsum" in note, note
     planned_chunkings = int(note.split("least predicted time of ")[1].split(" ")[0])
-    assert len(plans) == planned_chunkings + 1, plans  # each chunking quick, the winner kept, no second order
-    assert [o for _, o in plans].count(run.kept_search()) == 1
+    # each chunking planned once (the estimate's best with the kept plan's search, which won), no second order
+    assert len(plans) == planned_chunkings, plans
+    assert [o for _, o in plans] == [run.kept_search()] + ["quick"] * (planned_chunkings - 1), plans
 
 
 @pytest.mark.parametrize("expr,sites", [
@@ -172,7 +173,8 @@ def test_the_plan_kept_predicts_what_the_default_search_of_its_chunking_finds(ex
 
     assert run.kept_search() == "narrow"
     rel, plan = run.build_local(expr(), sites=sites)
-    assert [o for _, o in plans].count("auto") == 0 and [o for _, o in plans].count("narrow") <= 1, plans
+    # (the estimate's best chunking narrow at once; once more only if another chunking or order won)
+    assert [o for _, o in plans].count("auto") == 0 and 1 <= [o for _, o in plans].count("narrow") <= 2, plans
     wide = optimize(rel, Target(sites, cluster=ClusterSpec(sites=sites)), objective="time", options="auto")
     assert plan.cost.seconds == pytest.approx(wide.cost.seconds, rel=1e-9)
     assert plan.cost.floats_moved == wide.cost.floats_moved

@@ -26,7 +26,7 @@ from ..optimizer.cache import type_token
 from ..optimizer.cluster import ClusterSpec
 from ..optimizer.optimize import NoPlanFits, searched_alike
 from ..optimizer.plan import Stage
-from ..optimizer.target import Target
+from ..optimizer.target import Target, search_options
 from .array import Array
 from .build import Builder, computed_here as _computed_here
 from .chains import merge_chains
@@ -124,8 +124,6 @@ def kept_search() -> str:
     the same seconds (benchmarks/README.md, "The plan kept")."""
     import dask
 
-    from ..optimizer.target import search_options
-
     name = dask.config.get("tra-dask.array-search", KEPT_SEARCH)
     if not isinstance(name, str):
         raise ValueError(f"tra-dask.array-search must name search options, got {name!r}")
@@ -193,7 +191,14 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
     kept = kept_search()
     structure = (_structure(roots, sites, spec), context, kept)
 
+    # the first candidate planned is the estimate's best, and most often the one kept: where
+    # the kept plan's search is no wider than the comparison's, it is planned so at once
+    # (compared as what would be kept; a later winner is searched so again)
+    first = [search_options(kept).beam <= search_options("quick").beam]
+
     def evaluate(blocks, paths=paths, quick=True):
+        if quick and first[0]:
+            quick = first[0] = False
         options = "quick" if quick else kept
         key = (tuple(blocks), tuple(paths.get(n) for n in multi), options)
         narrow = built.get(key[:2] + ("quick",))
