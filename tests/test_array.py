@@ -507,3 +507,41 @@ def test_fuzz_findings_stay_fixed():
         td.tensordot(a, a.T, axes=([3], [0]))
     with pytest.raises(ValueError, match=r"repeat an axis"):
         td.tensordot(a, a, axes=([0, 0], [0, 1]))
+
+
+def test_inputs_in_another_byte_order_as_matrices_or_masked_are_taken_as_numpy_takes_them():
+    """Data read as big-endian ('>f8', from a file) computes like numpy's native arrays
+    (views, reductions, products, einsum), from numpy, dask and relations; an
+    ``np.matrix`` is an ndarray of its values; a masked array is refused where it
+    enters, naming what to pass instead (the kernels would drop the mask); numpy's
+    conjugate of a bool array is int8, as numpy's."""
+    import dask.array as da
+
+    x = np.arange(30, dtype=">f8").reshape(6, 5)
+    for a in (td.from_array(x), td.from_array(da.from_array(x, chunks=(3, 2))),
+              td.from_array(td.from_numpy(x, (3, 5)))):
+        assert a.dtype == np.float64 and a.dtype.isnative
+        np.testing.assert_array_equal(td.to_numpy(a.T @ a), x.T @ x)
+        np.testing.assert_array_equal(td.to_numpy(a[::2, ::-1]), x[::2, ::-1])
+        np.testing.assert_array_equal(td.to_numpy(-a.reshape(5, 6).sum(axis=0)), -x.reshape(5, 6).sum(axis=0))
+        np.testing.assert_array_equal(td.to_numpy(td.einsum("ij->ji", a)), x.T)
+    i = np.arange(12, dtype=">i2").reshape(3, 4)
+    np.testing.assert_array_equal(td.to_numpy(td.from_array(i) * 3), i * 3)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PendingDeprecationWarning)  # (numpy's own on np.matrix)
+        M = np.asmatrix(np.arange(6.0).reshape(2, 3))
+    got = td.to_numpy(td.from_array(M).sum(axis=0))
+    assert type(got) is np.ndarray and got.shape == (3,)
+    np.testing.assert_array_equal(got, np.asarray(M).sum(axis=0))
+    m = np.ma.masked_array(np.arange(12.0).reshape(4, 3), np.arange(12).reshape(4, 3) > 6)
+    for make in (lambda: td.from_array(m), lambda: td.from_array(m, name="m"), lambda: td.matmul(m, m.T),
+                 lambda: td.from_array(np.ones((4, 3))) + m, lambda: td.einsum("ij,kj->ik", m, m),
+                 lambda: td.from_numpy(m, 2), lambda: td.from_array(da.from_array(m, chunks=2))):
+        with pytest.raises(TypeError, match=r"masked arrays are not supported .*x\.filled\(value\)"):
+            make()
+    b = np.array([[True, False], [False, True]])
+    got = td.to_numpy(np.conjugate(td.from_array(b)))
+    assert got.dtype == np.conjugate(b).dtype == np.int8 and (got == b).all()
+    assert td.from_array(b).conj().dtype == b.conj().dtype == np.bool_

@@ -108,6 +108,7 @@ def from_array(x, chunks=None, name: str | None = None) -> "Array":
     if isinstance(x, Relation):
         return Array(_relation_leaf(x, name))
     if _is_dask(x):
+        x = _plain_dask(x, name)
         if any(n != n for n in x.shape):  # NaN: chunk sizes dask does not know yet
             raise ValueError(f"from_array: the dask array {x.name[:24]} has unknown chunk sizes {x.chunks}; "
                              f"call x.compute_chunk_sizes() first")
@@ -123,6 +124,7 @@ def from_array(x, chunks=None, name: str | None = None) -> "Array":
             x = np.asarray(x)
         except (TypeError, ValueError) as e:  # a ragged list, ...
             raise ValueError(f"from_array: {type(x).__name__} is not an array ({e})") from None
+    x = host_array(x, f"from_array({name})" if name else "from_array")
     shape = _check_leaf("from_array", x.shape, x.dtype, empty=True)
     if 0 in shape:
         return _filled(shape, x.dtype)
@@ -132,6 +134,17 @@ def from_array(x, chunks=None, name: str | None = None) -> "Array":
         fixed = tuple(min(int(b), n) for b, n in zip(fixed, shape))  # a block is at most the extent
     label = name or f"array[{'x'.join(map(str, shape)) or 'scalar'} {x.dtype}]"
     return Array(Leaf(shape, np.dtype(x.dtype), data=x, kind="numpy", chunks=fixed, name=label))
+
+
+def _plain_dask(x, name):
+    """A dask input as its chunks must be: not masked (refused), in the machine's byte
+    order (converted lazily, by dask)."""
+    where = f"from_array({name or 'dask[' + x.name[:16] + ']'})"
+    if isinstance(getattr(x, "_meta", None), np.ma.MaskedArray):
+        refuse_masked(where, "dask")
+    if np.dtype(x.dtype).kind in "biufc" and not np.dtype(x.dtype).isnative:
+        x = x.astype(np.dtype(x.dtype).newbyteorder("="))
+    return x
 
 
 def _check_leaf(where: str, shape, dtype, empty: bool = False) -> tuple:
@@ -1036,6 +1049,7 @@ if hasattr(np, "amax"):
 
 from . import run as _run  # noqa: E402  (run imports this module's Array)
 from ..logical.nodes import Relation
+from ..logical.sources import host_array, refuse_masked
 from ..types import ArrayType, check_extents, normalize_chunks
 from ..kernels import KernelTypeError, get_kernel
 from . import functions as _functions  # noqa: E402,F401  (adds numpy.where, numpy.concatenate, ... to _FUNCTIONS)

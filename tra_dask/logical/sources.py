@@ -339,6 +339,32 @@ def _check_grid(where: str, keys: np.ndarray, shapes: np.ndarray) -> None:
             )
 
 
+def refuse_masked(where: str, kind: str):
+    raise TypeError(f"{where}: {kind} masked arrays are not supported (tra_dask's kernels compute on the "
+                    f"data and would drop the mask); pass x.filled(value), or numpy.ma.getdata(x) for the "
+                    f"data alone")
+
+
+def host_array(x, where: str):
+    """``x`` as the kernels compute on it: an ndarray (an ``np.matrix`` is viewed as
+    one: its reductions would keep two axes and its ``*`` is a product) in the
+    machine's byte order (data read as ``'>f8'`` is converted once, here: numpy's
+    results are native, and a chunk's dtype must be its relation's); a masked array
+    is refused, saying ``where``.
+
+    >>> host_array(np.arange(3, dtype=">i4"), "x").dtype.isnative
+    True
+    """
+    if isinstance(x, np.ma.MaskedArray):
+        refuse_masked(where, "numpy")
+    if isinstance(x, np.matrix):
+        x = np.asarray(x)
+    dtype = getattr(x, "dtype", None)
+    if dtype is not None and np.dtype(dtype).kind in "biufc" and not np.dtype(dtype).isnative:
+        x = np.asarray(x).astype(np.dtype(dtype).newbyteorder("="))
+    return x
+
+
 def from_numpy(array, chunks, name: str | None = None) -> FromNumpy:
     """A tensor relation from an array cut into ``chunks`` (one key dim per array
     dim; edge chunks smaller where the extent is not a multiple).
@@ -353,6 +379,7 @@ def from_numpy(array, chunks, name: str | None = None) -> FromNumpy:
         except (TypeError, ValueError) as e:  # a ragged list, ...
             raise ValueError(f"from_numpy {name or ''}: {type(array).__name__} is not an array ({e})") from None
     where = f"from_numpy {name}" if name else f"from_numpy(array of shape {tuple(array.shape)} {array.dtype})"
+    array = host_array(array, where)
     shape = check_extents(array.shape, where)
     _check_dtype(where, array.dtype)
     chunks = normalize_chunks(chunks, shape, where=where)
