@@ -545,3 +545,30 @@ def test_inputs_in_another_byte_order_as_matrices_or_masked_are_taken_as_numpy_t
     got = td.to_numpy(np.conjugate(td.from_array(b)))
     assert got.dtype == np.conjugate(b).dtype == np.int8 and (got == b).all()
     assert td.from_array(b).conj().dtype == b.conj().dtype == np.bool_
+
+
+def test_mean_accumulates_as_numpy_does_and_bad_axes_are_numpy_errors():
+    """``mean`` sums integers and bools in float64 (an int64 sum of timestamps would
+    wrap) and float16 in float32 (its sum overflows at 65504), as numpy; an axis that
+    is not an integer is numpy's TypeError, naming the call, one out of range its
+    AxisError (a ValueError)."""
+    t = np.array([1_700_000_000_000_000_000 + i * 1_000_000_000 for i in range(10)], dtype=np.int64)
+    for x in (t, t.reshape(2, 5), np.full((100, 100), 10, dtype=np.float16), np.ones((7, 3), bool),
+              np.arange(12, dtype=np.uint8).reshape(3, 4) * 20):
+        a = td.from_array(x)
+        for axis in (None, 0, -1, ()):
+            want = x.mean(axis=axis)
+            got = td.to_numpy(a.mean(axis=axis))
+            assert got.dtype == want.dtype, (x.dtype, axis)
+            np.testing.assert_allclose(got, want, rtol=1e-6 if x.dtype == np.float16 else 1e-12)
+        # (against float64: numpy's own var of this float16 array overflows in its mean, to inf)
+        np.testing.assert_allclose(td.to_numpy(a.var()), x.astype(np.float64).var(), rtol=1e-3, atol=1e-6)
+    X = td.from_array(np.arange(20.0).reshape(4, 5))
+    for call, name in ((lambda: X.sum(axis=1.5), "sum"), (lambda: X.sum(axis="a"), "sum"),
+                       (lambda: X.mean(axis=(0, 1.0)), "mean"), (lambda: X.sum(axis=True), "sum"),
+                       (lambda: X.argmax(axis=(0, 1)), "argmax"), (lambda: X.cumsum(axis=(0,)), "cumsum")):
+        with pytest.raises(TypeError, match=rf"td.Array.{name}: axis .* cannot be interpreted as an integer"):
+            call()
+    with pytest.raises(np.exceptions.AxisError, match=r"td.Array.sum: axis 5 is out of range"):
+        X.sum(axis=5)
+    assert td.to_numpy(X.sum(axis=np.array(1))).shape == (4,)  # (an integer scalar array is an axis, as numpy's)

@@ -88,3 +88,20 @@ def test_a_plan_of_an_array_expression_submits_to_array_futures(client):
     rf = td.submit(plan, client)
     assert isinstance(rf, td.ArrayFutures)
     np.testing.assert_allclose((rf + 1).compute(client), X @ W + 1, rtol=1e-12)
+
+
+def test_submitted_arrays_are_arrays_to_compute_submit_and_plan(client):
+    """A submitted array's futures are an array to ``td.compute``, ``td.submit`` and
+    ``td.plan`` too, alone or in a tuple with other arrays (each read where it is)."""
+    rf = td.submit(td.from_array(X) @ W, client)
+    np.testing.assert_allclose(td.compute(rf, client), X @ W, rtol=1e-12)
+    both = td.compute((rf, rf + 1), client)
+    assert isinstance(both, tuple) and len(both) == 2
+    np.testing.assert_allclose(both[0], X @ W, rtol=1e-12)
+    np.testing.assert_allclose(both[1], X @ W + 1, rtol=1e-12)
+    again = td.submit([rf * 2, td.from_array(X)], client)
+    assert isinstance(again, (tuple, list)) and all(isinstance(a, td.ArrayFutures) for a in again)
+    np.testing.assert_allclose(again[0].compute(), 2 * (X @ W), rtol=1e-12)
+    from tra_dask.api import plan
+
+    assert plan(rf, client).cost.floats_moved == 0  # read where it is: nothing moves

@@ -20,6 +20,7 @@ it is made here, before any planning, and only non-empty results are planned.
 from __future__ import annotations
 
 import numbers
+import operator
 
 import numpy as np
 
@@ -419,15 +420,25 @@ class Array:
         return dot(self, b)
 
     # -- reductions -----------------------------------------------------------
-    def _axes(self, axis, where) -> tuple:
+    def _axes(self, axis, where, single: bool = False) -> tuple:
+        """``axis`` (None, an int or a tuple of ints; one int where ``single``) as sorted
+        axes in range, or numpy's errors naming ``where``: a TypeError for what is not
+        an integer, an AxisError (a ValueError) for an axis out of range."""
         if axis is None:
             return tuple(range(self.ndim))
-        axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+        axes = tuple(axis) if isinstance(axis, (tuple, list)) and not single else (axis,)
         out = []
         for a in axes:
-            if not isinstance(a, (int, np.integer)) or not -self.ndim <= a < self.ndim:
-                raise ValueError(f"{where}: axis {a!r} is out of range for an array of shape {self.shape}; "
-                                 f"valid axes: {-self.ndim}..{self.ndim - 1}")
+            try:
+                if isinstance(a, (bool, np.bool_)):
+                    raise TypeError
+                a = operator.index(a)
+            except TypeError:
+                raise TypeError(f"{where}: axis {a!r}: '{type(a).__name__}' object cannot be interpreted as an "
+                                f"integer; an axis is an int{'' if single else ' or a tuple of ints'}") from None
+            if not -self.ndim <= a < self.ndim:
+                raise np.exceptions.AxisError(f"{where}: axis {a!r} is out of range for an array of shape "
+                                              f"{self.shape}; valid axes: {-self.ndim}..{self.ndim - 1}")
             out.append(int(a) % self.ndim)
         if len(set(out)) != len(out):
             raise ValueError(f"{where}: axis {axis!r} repeats an axis")
@@ -504,7 +515,7 @@ class Array:
             axis = 0
         if x.ndim == 0:
             x = x.reshape(1)
-        (a,) = x._axes(axis, "td.Array.cumsum")
+        (a,) = x._axes(axis, "td.Array.cumsum", single=True)
         out = np.cumsum(np.ones(1, x.dtype), dtype=dtype).dtype
         if out.kind not in "biufc":
             raise TypeError(f"td.Array.cumsum: dtype {out} is not supported")
@@ -519,10 +530,16 @@ class Array:
             dtype = np.mean(np.ones(1, self.dtype)).dtype
             shape = tuple(1 if a in axes else m for a, m in enumerate(self.shape) if keepdims or a not in axes)
             return self._empty_reduce("td.Array.mean", "mean", axes, shape, dtype)
-        s = self.sum(axis=axes, keepdims=keepdims) if axes else self
-        if s.dtype.kind in "biu":
-            return s / n  # numpy's mean of integers is float64
-        return s * (1.0 / n) if s.dtype.kind == "f" else s / n
+        # numpy's accumulator: float64 for bools and integers (an int64 sum of large values
+        # would wrap), float32 for float16 (whose sum overflows at 65504); the result in
+        # float16 again for float16
+        acc = {"b": np.float64, "i": np.float64, "u": np.float64}.get(self.dtype.kind)
+        if self.dtype == np.float16:
+            acc = np.float32
+        x = self.astype(acc) if acc is not None else self
+        s = x.sum(axis=axes, keepdims=keepdims) if axes else x
+        m = s * (1.0 / n) if s.dtype.kind == "f" else s / n
+        return m.astype(np.float16) if self.dtype == np.float16 else m
 
     def _arg(self, op, axis):
         where = f"td.Array.arg{op}"
@@ -530,7 +547,7 @@ class Array:
             if self.ndim != 1:
                 return self.reshape(-1)._arg(op, 0)
             axis = 0
-        (a,) = self._axes(axis, where)
+        (a,) = self._axes(axis, where, single=True)
         _refuse_complex(where, self.dtype)
         shape = tuple(n for d, n in enumerate(self.shape) if d != a)
         if self.shape[a] == 0:
