@@ -143,9 +143,8 @@ def _plain_dask(x, name):
     where = f"from_array({name or 'dask[' + x.name[:16] + ']'})"
     if isinstance(getattr(x, "_meta", None), np.ma.MaskedArray):
         refuse_masked(where, "dask")
-    if np.dtype(x.dtype).kind in "biufc" and not np.dtype(x.dtype).isnative:
-        x = x.astype(np.dtype(x.dtype).newbyteorder("="))
-    return x
+    native = native_dtype(x.dtype)
+    return x if native is None else x.astype(native)
 
 
 def _check_leaf(where: str, shape, dtype, empty: bool = False) -> tuple:
@@ -533,9 +532,7 @@ class Array:
         # numpy's accumulator: float64 for bools and integers (an int64 sum of large values
         # would wrap), float32 for float16 (whose sum overflows at 65504); the result in
         # float16 again for float16
-        acc = {"b": np.float64, "i": np.float64, "u": np.float64}.get(self.dtype.kind)
-        if self.dtype == np.float16:
-            acc = np.float32
+        acc = np.float64 if self.dtype.kind in "biu" else np.float32 if self.dtype == np.float16 else None
         x = self.astype(acc) if acc is not None else self
         s = x.sum(axis=axes, keepdims=keepdims) if axes else x
         m = s * (1.0 / n) if s.dtype.kind == "f" else s / n
@@ -1066,7 +1063,7 @@ if hasattr(np, "amax"):
 
 from . import run as _run  # noqa: E402  (run imports this module's Array)
 from ..logical.nodes import Relation
-from ..logical.sources import host_array, refuse_masked
+from ..logical.sources import host_array, native_dtype, refuse_masked
 from ..types import ArrayType, check_extents, normalize_chunks
 from ..kernels import KernelTypeError, get_kernel
 from . import functions as _functions  # noqa: E402,F401  (adds numpy.where, numpy.concatenate, ... to _FUNCTIONS)

@@ -194,11 +194,12 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
     # the first candidate planned is the estimate's best, and most often the one kept: where
     # the kept plan's search is no wider than the comparison's, it is planned so at once
     # (compared as what would be kept; a later winner is searched so again)
-    first = [search_options(kept).beam <= search_options("quick").beam]
+    first = search_options(kept).beam <= search_options("quick").beam
 
     def evaluate(blocks, paths=paths, quick=True):
-        if quick and first[0]:
-            quick = first[0] = False
+        nonlocal first
+        if quick and first:
+            quick = first = False
         options = "quick" if quick else kept
         key = (tuple(blocks), tuple(paths.get(n) for n in multi), options)
         narrow = built.get(key[:2] + ("quick",))

@@ -345,6 +345,13 @@ def refuse_masked(where: str, kind: str):
                     f"data alone")
 
 
+def native_dtype(dtype):
+    """``dtype`` in the machine's byte order where it is a numeric dtype in the other
+    one; else None (nothing to convert)."""
+    dtype = np.dtype(dtype)
+    return dtype.newbyteorder("=") if dtype.kind in "biufc" and not dtype.isnative else None
+
+
 def host_array(x, where: str):
     """``x`` as the kernels compute on it: an ndarray (an ``np.matrix`` is viewed as
     one: its reductions would keep two axes and its ``*`` is a product) in the
@@ -359,10 +366,8 @@ def host_array(x, where: str):
         refuse_masked(where, "numpy")
     if isinstance(x, np.matrix):
         x = np.asarray(x)
-    dtype = getattr(x, "dtype", None)
-    if dtype is not None and np.dtype(dtype).kind in "biufc" and not np.dtype(dtype).isnative:
-        x = np.asarray(x).astype(np.dtype(dtype).newbyteorder("="))
-    return x
+    native = native_dtype(x.dtype) if hasattr(x, "dtype") else None
+    return x if native is None else np.asarray(x).astype(native)
 
 
 def from_numpy(array, chunks, name: str | None = None) -> FromNumpy:
