@@ -83,13 +83,52 @@ def test_the_estimate_prices_the_time_models_terms():
 
 
 def test_chunkings_too_large_to_plan_are_refused_saying_so(plans):
-    """20000³ on 2 sites of 50 MB: every chunking ranked (up to 8 blocks per index) has a
-    block product over a site's memory, so none is planned, and the refusal says that and
-    the least bytes any needs (three 2500² float64 blocks)."""
-    with pytest.raises(NoPlanFits, match=r"none was planned; the least any needs is 150,000,000 bytes per site "
-                                          r"against the limit of 50,000,000 bytes"):
-        (arr(20000, 20000) @ arr(20000, 20000)).to_relation(sites=2, memory_limit=50e6)
+    """2000³ on 2 sites of 20 MB: the operands and result (96 MB) fit the sites' 40 MB in
+    no chunking, so nothing is planned, and the refusal names the step and the bytes."""
+    with pytest.raises(NoPlanFits, match=r"the contraction ij,jk->ik of ij,jk->ik holds its operands and its "
+                                          r"result, 96,000,000 bytes, at least 48,000,000 bytes per site on 2 "
+                                          r"site\(s\) against the limit of 20,000,000 bytes"):
+        (arr(2000, 2000) @ arr(2000, 2000)).to_relation(sites=2, memory_limit=20e6)
     assert plans == []
+
+
+@pytest.mark.parametrize("make", [
+    lambda: td.einsum("a,bca,ca,bca,c,bca->", arr(32), arr(2048, 65536, 32), arr(65536, 32),
+                      arr(2048, 65536, 32), arr(65536), arr(2048, 65536, 32)),
+    lambda: arr(4096, 10000, 100) * arr(4096, 10000, 100),
+])
+def test_no_plan_fits_is_decided_before_planning_when_a_join_holds_more_than_every_site(plans, make):
+    """A join whose operands and result are more bytes than all the sites hold (a 34 GB
+    operand three times, 16 sites of 4 GB) is refused at once, naming it — every
+    chunking planned failed the same way, in 8-25 s."""
+    with pytest.raises(NoPlanFits, match=r"no chunking fits in memory: the (contraction|elementwise) .* holds its "
+                                          r"operands and its result, [\d,]+ bytes, at least [\d,]+ bytes per site "
+                                          r"on 16 site\(s\) against the limit of 4,000,000,000 bytes"):
+        make().to_relation(sites=16)
+    assert plans == []
+
+
+def test_a_slice_above_a_join_leaves_the_choice_to_the_plans(plans):
+    """A slice may read a sliver of a join: the join's whole bytes bound nothing, and
+    the chunk choice plans (here, a plan that fits: only the sliver is computed)."""
+    x = (arr(4096, 10000, 100) * arr(4096, 10000, 100))[:8]
+    rel, plan = x.to_relation(sites=16)
+    assert plan.cost.peak_bytes_per_site.max() <= 4e9 and plans
+
+
+@pytest.mark.parametrize("make", [
+    lambda: arr(100, 2048, 10000).sum(),
+    lambda: (td.from_region(nodata, (100, 2048, 5000), "float64", name="A")
+             * td.from_region(nodata, (100, 2048, 5000), "float64", name="B")).sum(),
+])
+def test_a_reduction_of_a_large_array_spreads_over_every_site(plans, make):
+    """A 16 GB array (or the product of two 8 GB ones) summed on 16 sites of 4 GB:
+    every block's step (its chunk and what is made of it) fits, and the blocks are
+    spread evenly — a grid of blocks that no single key dim spreads (8x2, 4x4) is
+    placed row-major round the sites (was: NoPlanFits, 8 sites holding two 1 GB chunks
+    each; the product on 8 sites, flops balance 2.08)."""
+    rel, plan = make().to_relation(sites=16)
+    assert plan.cost.flops_balance <= 1.01 and plan.cost.peak_bytes_per_site.max() <= 4e9
 
 
 def test_no_chunking_fits_says_the_bytes_needed_and_gives_up_soon(plans):

@@ -25,9 +25,13 @@ node:
   axis has a task per piece, and its pieces move unless the other axes spread the work;
 * every block product, summed output block, elementwise block and loaded chunk is a
   task (the per-task overhead); the results' way to the client where the call
-  gathers them (the time model's :func:`~tra_dask.optimizer.time.gather_seconds`); a chunk that does not fit in a site's memory with the
-  operands of its product rules the chunking out (``inf``); a dask input cut
-  otherwise is re-chunked (``rechunk(arr, blocks)`` seconds, the chooser's).
+  gathers them (the time model's :func:`~tra_dask.optimizer.time.gather_seconds`); a block step that does not fit in a site's memory
+  (a product's operand and result blocks, or any other node's input and output
+  blocks) rules the chunking out (``inf``); a dask input cut otherwise is
+  re-chunked (``rechunk(arr, blocks)`` seconds, the chooser's).
+
+A join whose operands and result, whole, are more than all the sites hold fits in no
+chunking (:meth:`Estimator.least_held`): the chooser refuses at once, naming it.
 
 Nodes follow one another (no overlap): an estimate, not a bound — the chooser plans
 several candidates for that reason.
@@ -43,7 +47,7 @@ from ..optimizer.time import call_rate, gather_seconds, op_cost
 from .chunk_ops import einsum_kernel
 from .einsum import contraction_paths
 from ..logical import piece_table
-from .nodes import Einsum, Elementwise, Gather, Leaf, ScalarOp, Slice, Unary
+from .nodes import Einsum, Elementwise, Gather, Leaf, ScalarOp, Slice, Take, Unary, Where
 from .recut import aligned
 
 __all__ = ["Estimator"]
@@ -88,6 +92,9 @@ class Estimator:
         self._footprint = 0.0
         for n in cl.nodes:
             nb = [self._nblocks(n, a, blocks) for a in range(n.ndim)]
+            if not isinstance(n, Einsum) and not self._fits(n, blocks):
+                self.footprints[tuple(blocks)] = self._footprint
+                return math.inf
             if isinstance(n, Leaf):
                 tasks += math.prod(nb)
                 if n.kind == "dask" and self.rechunk is not None:
@@ -114,11 +121,74 @@ class Estimator:
         return self.spec.submit_overhead + tasks * (self.spec.task_overhead + self.launch) + seconds
 
     def footprint(self, blocks) -> float:
-        """Bytes of the largest block product's operands and result under ``blocks``
-        (after the estimate of ``blocks``): the smaller, the less a plan holds at once."""
+        """Bytes of the largest block step under ``blocks`` (after the estimate of
+        ``blocks``): a block product's operands and result, or the input and output
+        blocks of any other step (a chunk made, a map, a reduction): the smaller, the
+        less a plan holds at once."""
         if tuple(blocks) not in self.footprints:
             self(blocks)
         return self.footprints[tuple(blocks)]
+
+    def least_held(self, orders: dict) -> tuple | None:
+        """``(bytes, step)``: the most any plan of the expression holds at once while one
+        join runs, whatever the chunking — an elementwise join's or a contraction
+        step's distinct operands and result, each held whole somewhere (the cost
+        model's peak of a node: its own and its inputs' tuples on a site) — for the
+        contraction order of the ``orders`` (einsum node -> candidate paths; others
+        as estimated) that holds least; None where no join reads its inputs whole (a
+        slice, gather or take above it may need only part of them).  At more than
+        ``memory`` times the sites, no chunking has a plan that fits."""
+        partial: set = set()  # nodes whose readers may read part of them
+        for n in reversed(self.cl.nodes):
+            if isinstance(n, (Slice, Gather, Take)) or id(n) in partial:
+                partial.update(id(i) for i in n.inputs)
+        worst = None
+        for n in self.cl.nodes:
+            if id(n) in partial:
+                continue
+            if isinstance(n, (Elementwise, Where)):
+                got = (_bytes(n) + sum(_bytes(i) for i in {id(i): i for i in n.inputs}.values()),
+                       f"the elementwise {type(n).__name__.lower()} of shape {n.shape}")
+            elif isinstance(n, Einsum) and len(n.subs) > 1:
+                got = min(self._held_by_path(n, path)
+                          for path in orders.get(n) or [self.paths.get(n) or self._default_path(n)])
+            else:
+                continue
+            if worst is None or got[0] > worst[0]:
+                worst = got
+        return worst
+
+    def _held_by_path(self, n: Einsum, path) -> tuple:
+        """``(bytes, step)``: the step of ``path`` whose distinct operands and result
+        are the most bytes."""
+        sizes, itemsize = dict(n.sizes), np.dtype(n.dtype).itemsize
+        terms = [(sub, _bytes(x), id(x)) for sub, x in zip(n.subs, n.inputs)]
+        worst = (0, "")
+        for k, step in enumerate(path):
+            group = [terms[i] for i in step]
+            rest = [t for i, t in enumerate(terms) if i not in step]
+            needed = set(n.out).union(*(t[0] for t in rest)) if rest else set(n.out)
+            out = "".join(c for c in sorted(set().union(*(t[0] for t in group))) if c in needed)
+            made = math.prod(sizes[c] for c in out) * itemsize
+            if len(group) == 2:  # (a step of three runs pairwise: no two-operand bound for it)
+                held = made + sum({ident: b for _, b, ident in group}.values())
+                if held > worst[0]:
+                    worst = (held, f"the contraction {','.join(t[0] for t in group)}->{out} of "
+                                   f"{','.join(n.subs)}->{n.out}")
+            terms = rest + [(out, made, ("step", k))]
+        return worst
+
+    def _block_bytes(self, node, blocks) -> float:
+        """Bytes of ``node``'s largest block under ``blocks``."""
+        return math.prod(min(blocks[self.cl.of[(node, a)]], max(1, node.shape[a])) for a in range(node.ndim)) \
+            * np.dtype(node.dtype).itemsize
+
+    def _fits(self, node, blocks) -> bool:
+        """Whether one step of a node other than a contraction — its input blocks and
+        its output block — fits a site's memory (the footprint updated)."""
+        work = self._block_bytes(node, blocks) + sum(self._block_bytes(x, blocks) for x in node.inputs)
+        self._footprint = max(self._footprint, work)
+        return work <= self.memory
 
     def _nblocks(self, node, axis, blocks) -> int:
         n = node.shape[axis]
@@ -320,3 +390,7 @@ class Estimator:
             best, p, grid = trial
         tasks = calls + (out_blocks if calls > out_blocks else 0)
         return best, tasks
+
+
+def _bytes(node) -> int:
+    return math.prod(node.shape) * np.dtype(node.dtype).itemsize

@@ -232,6 +232,12 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
             return rel, best.with_stage(Stage("chunking", None, time.perf_counter() - t0, why)), None
     estimate = Estimator(cl, sites, spec, paths,
                          rechunk=lambda arr, cut: _rechunk_seconds(arr, sites, spec))
+    held = estimate.least_held(orders)
+    if held is not None and held[0] > estimate.memory * sites:  # no chunking can fit: say so before planning
+        raise NoPlanFits(
+            f"no chunking fits in memory: {held[1]} holds its operands and its result, {held[0]:,.0f} bytes, "
+            f"at least {held[0] / sites:,.0f} bytes per site on {sites} site(s) against the limit of "
+            f"{estimate.memory:,.0f} bytes; use more workers or a larger limit")
     settled = all(len(c) < 2 for c in orders.values())
     # (a contraction order still open: the plan kept is made once the order is chosen, below)
     choice = choose(cl, sites, evaluate, final=(lambda blocks: evaluate(blocks, quick=False)) if settled else None,

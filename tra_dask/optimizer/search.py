@@ -19,7 +19,9 @@ orders, Cascades' required properties).  For each node:
    Shuffle are
    the enforcers; the re-partition rules (R2-x) drop or push them, and the domain
    rules (BMM either side, CMM, RMM, pre-aggregation, free source placement) offer
-   whole implementations.  A free source is offered on every balanced ``Part(d)``.
+   whole implementations.  A free source is offered on every ``Part(d)`` (and spread
+   round the sites where no ``Part(d)`` spreads it and no join but an elementwise one
+   reads it: :func:`_source_candidates`).
 2. *Ranking*: each candidate is costed as the plan that delivers its whole layout —
    every physical tuple it holds is needed (a consumer reads what it is given).
    That cost is a sum of per-node costs, memoised per node, so costing a candidate
@@ -181,21 +183,41 @@ def _rewrites(node: PNode, rules, budget: _Budget, depth: int, memo: dict | None
                 continue
 
 
-def _source_candidates(node: PSource) -> list[PNode]:
-    """A free source on each balanced ``Part(d)``; of placements that put every key
-    where another does (a relation of one key along ``d``: every ``Part`` of a
-    one-tuple relation), the first only — one layout is one candidate."""
+def _source_candidates(node: PSource, joined: bool = True) -> list[PNode]:
+    """A free source on each ``Part(d)`` and, for one that no join reads but an
+    elementwise one (``joined`` False: its maps, aggregations and elementwise joins
+    run where it is loaded, and no join strategy places it again), where none of those spreads its keys evenly (8x2 blocks on 16
+    sites: ``Part(0)`` leaves 8 sites empty), on ``Part`` of every key dim
+    (row-major order dealt round the sites: no site holds more than one key over an
+    even share); of placements that put every key where another does (a relation of
+    one key along ``d``: every ``Part`` of a one-tuple relation), the first only —
+    one layout is one candidate."""
     out = [node]
     if node.free:
         seen = {_signature(node)}
-        for d in range(node.type.arity):
-            p = Part((d,), node.nsites)
+        arity, n, s = node.type.arity, node.type.ntuples, node.nsites
+        parts = [Part((d,), s) for d in range(arity)]
+        even = -(-n // s)
+        if not joined and arity > 1 and n > 1 and min(_most_per_site(p, node.type) for p in parts) > even:
+            parts.append(Part(tuple(range(arity)), s))
+        for p in parts:
             if p != node.placement_:
                 alt = PSource(node.source, p, free=True)
                 if _signature(alt) not in seen:
                     seen.add(_signature(alt))
                     out.append(alt)
     return out
+
+
+def _one_to_one(join: LocalJoin) -> bool:
+    """Whether ``join`` joins on every key dim of both inputs (an elementwise join:
+    co-partitioned on any placement of its keys alike)."""
+    return len(join.left_on) == join.left.type.arity and len(join.right_on) == join.right.type.arity
+
+
+def _most_per_site(p: Part, t) -> int:
+    """The most keys of a relation of type ``t`` that ``p`` puts on one site."""
+    return int(np.bincount(p.sites(t), minlength=p.nsites).max())
 
 
 def delivered_cost(root: PNode, model: str = "exact") -> Cost:
@@ -327,9 +349,14 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
         combos = [canonical(c) for c in combos]  # shared nodes one object, as the Plan will hold them
         return [(c, plan_cost(c, model)) for c in combos]
 
-    for node in toposort(outputs):
+    order = toposort(outputs)
+    joined: set = set()  # the nodes below a join other than one that pairs keys one to one
+    for n in reversed(order):
+        if n in joined or isinstance(n, LocalJoin) and not _one_to_one(n):
+            joined.update(n.children)
+    for node in order:
         if isinstance(node, PSource):
-            alts[node] = sorted(_source_candidates(node), key=score)
+            alts[node] = sorted(_source_candidates(node, node in joined), key=score)
             continue
         ranked, alts[node] = expand(node, alts)
         ncand += len(ranked)
