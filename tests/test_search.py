@@ -392,6 +392,56 @@ def test_a_subexpression_both_results_read_is_computed_once():
     assert timed.seconds(twice.best_cost) > plan.cost.seconds * 1.3
 
 
+def _shared_host_spec(sites):
+    """Three one-thread workers on one 2-core host, dgemm 1.24x as fast alone: a
+    calibration of this VM (2026-12-02)."""
+    return td.ClusterSpec(sites, memory_per_site=8.4e9, bandwidth=2.0e9, hosts=[0] * sites, cores=2,
+                          rates={"blas": 1.94e10, "elementwise": 8.7e8},
+                          rates_alone={"blas": 2.41e10, "elementwise": 1.32e9}, task_overhead=1.05e-3,
+                          submit_overhead=0.0136, blas_half_size=47.0, blas_float32=1.97, fresh_bandwidth=1.06e10)
+
+
+@pytest.mark.parametrize("case", ["persisted, 2 sites", "shared host, 3 sites"])
+def test_planning_readers_again_saves_no_more_than_computing_once_can(case, monkeypatch):
+    """The search plans a twice-computed node's readers again only where computing it
+    once could save RESHARE_GAIN of the best plan's seconds; the bound it reads
+    (``_once_saves``: the dropped candidates' site-seconds and task overheads) is at
+    least what one round of planning again gains, with or without the gate."""
+    from tra_dask.optimizer.objective import as_objective
+
+    if case.startswith("persisted"):
+        step, placements, spec = _speech_step_as_persisted()
+        compiled, sites = td.compile(step, 2, placements=placements), 2
+    else:
+        rng = np.random.default_rng(0)
+        X, Y = td.from_numpy(rng.random((2500, 1600)), (2500, 1600), "X"), td.from_numpy(rng.random((2500, 10)), (2500, 10), "Y")
+        W1 = td.from_numpy(rng.random((1600, 2500)), (1600, 1250), "W1")
+        W2 = td.from_numpy(rng.random((2500, 10)), (1250, 10), "W2")
+        spec, sites = _shared_host_spec(3), 3
+        compiled = td.compile(ffnn_sgd_step(X, Y, W1, W2, 0.1), sites)
+    timed = as_objective("time", None, spec)
+    bounds = []
+    once_saves = S._once_saves
+
+    def recorded(*a):
+        bounds.append(once_saves(*a))
+        return bounds[-1]
+
+    monkeypatch.setattr(S, "_once_saves", recorded)
+    monkeypatch.setattr(S, "RESHARE_GAIN", 0.0)
+    again = S.search(list(compiled.outputs), RULES, objective=timed, reshare=1)
+    gain = timed.seconds(again.first_pass_cost) - timed.seconds(again.best_cost)
+    assert len(bounds) <= 1 and (bounds or gain == 0)
+    if bounds:
+        assert 0 <= gain <= bounds[0] + 1e-12, (gain, bounds)
+    monkeypatch.setattr(S, "RESHARE_GAIN", 0.01)  # the gate: a round is planned only where it may pay
+    gated = S.search(list(compiled.outputs), RULES, objective=timed, reshare=1)
+    if bounds and bounds[-1] < 0.01 * timed.seconds(again.first_pass_cost):
+        assert gated.candidates < again.candidates and timed(gated.best_cost) == timed(again.first_pass_cost)
+    else:
+        assert timed(gated.best_cost) == timed(again.best_cost)
+
+
 class _CheckedCosts(DeliveredCosts):
     """DeliveredCosts that checks each subplan's cost against plan_cost of it whole."""
     checked = 0

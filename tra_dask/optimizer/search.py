@@ -52,7 +52,9 @@ each update's preferred placement: 50% more flops), its readers are planned agai
 over each of those candidates alone (``reshare`` rounds, highest such node first,
 each round from the candidate lists the best plan so far was combined from), and the
 plans that result join the ones combined before: one computation the readers adapt
-to, or two, whichever the objective prefers.  (``truncated`` is the first pass's:
+to, or two, whichever the objective prefers.  Under the time objective a round is
+planned only where computing the node once could save :data:`RESHARE_GAIN` of the
+best plan's seconds (:func:`_once_saves` bounds it).  (``truncated`` is the first pass's:
 planning again only adds plans.)
 
 Every plan a rule yields costs one unit of ``budget``; when it runs out the search
@@ -77,7 +79,7 @@ from ..physical.nodes import interned
 from ..physical.work import FusedCounts
 from .cost import Cost, DeliveredCosts, plan_cost
 from .objective import FastestTime, FewestBytes, Objective
-from .time import fusion_for
+from .time import fusion_for, node_seconds_per_site
 from .rules.domain import contraction_memo
 
 __all__ = ["search", "SearchResult", "objective", "delivered_cost"]
@@ -92,6 +94,12 @@ FUSED_RANK_TASKS = 64
 # A plan of at most this many physical tuples is costed again without each move that
 # moves nothing it needs (_idle_moves_dropped: a tie-break, not worth a larger plan's costing)
 IDLE_MOVES_TUPLES = 100_000
+
+# a shared subexpression computed twice has its readers planned again (``reshare``) only
+# if computing it once could save at least this fraction of the best plan's seconds
+# (_once_saves): on 3 workers sharing 2 cores an FFNN step's best plan summed one small
+# partial product twice, and planning its 38 readers again doubled the search for 0.2%
+RESHARE_GAIN = 0.01
 
 _LOCAL = (LocalJoin, LocalAggregate, LocalMap)  # nodes whose tasks are local computations (work.FUSABLE_KINDS)
 
@@ -385,6 +393,9 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
         if fixed is None or b.truncated:
             break
         shared, impls = fixed
+        if fused is not None and _once_saves(costed[0], shared, base_ranked, obj) < RESHARE_GAIN * obj.seconds(
+                costed[0][1]):
+            break  # computing it once saves too little to plan its readers again
         above = _above(outputs, shared)
         for impl in impls:
             tried.add(impl)
@@ -538,6 +549,30 @@ def _duplicated(plan_outputs, outputs, ranked_all, tried):
             if fresh:
                 return compiled, fresh
     return None
+
+
+def _once_saves(plan, compiled, ranked_all, obj) -> float:
+    """At most the seconds the plan ``(outputs, cost)`` saves under the time objective
+    ``obj`` by computing the shared ``compiled`` node once: the work of the subplans of
+    all its candidates in the plan but the one kept, beyond the kept one's — each
+    node's seconds summed over its sites and its tasks' overheads, which bound what
+    removing it takes off the critical path, the busiest site's total and the tasks'
+    overhead (a makespan term is at most the sum of its nodes' site-seconds)."""
+    outs, cost = plan
+    nodes = set(toposort(outs))
+    impls = [c for c in ranked_all[compiled] if c in nodes]
+    subs = [set(toposort([c])) for c in impls]
+    spec = obj.spec(cost.sites)
+
+    def work(n) -> float:
+        nc = cost.nodes.get(n)
+        return 0.0 if nc is None else float(node_seconds_per_site(nc, spec).sum()) + nc.tasks * spec.task_overhead
+
+    best = 0.0
+    for i, kept in enumerate(subs):
+        dropped = set().union(*(sub for j, sub in enumerate(subs) if j != i)) - kept
+        best = max(best, sum(work(n) for n in dropped))
+    return best
 
 
 def _above(outputs, node) -> set:
