@@ -572,3 +572,60 @@ def test_mean_accumulates_as_numpy_does_and_bad_axes_are_numpy_errors():
     with pytest.raises(np.exceptions.AxisError, match=r"td.Array.sum: axis 5 is out of range"):
         X.sum(axis=5)
     assert td.to_numpy(X.sum(axis=np.array(1))).shape == (4,)  # (an integer scalar array is an axis, as numpy's)
+
+
+def test_integer_and_bool_only_ops_after_other_elementwise_ops_plan():
+    """A chain of elementwise ops fused into one kernel whose later stage takes no
+    floats (``~``, ``&``, ``<<`` after a comparison or an add): its flops are counted
+    from the stages' shapes, whatever the dtype (the count asked each stage about a
+    float64 chunk, and ``invert`` refused it, in the planner)."""
+    x, i = np.array([1.0, 2.0, 3.0, np.nan]), np.array([1, 2, 3, -4])
+    X, I = td.from_array(x), td.from_array(i)
+    for got, want in ((~(X < 2.0), ~(x < 2.0)), (~(I + 1), ~(i + 1)), (~np.isnan(X), ~np.isnan(x)),
+                      (~((X > 0) | (X < 3)), ~((x > 0) | (x < 3))), ((I + 1) & 3, (i + 1) & 3),
+                      ((I * 2) << 1, (i * 2) << 1), ((I - 1) >> 1, (i - 1) >> 1)):
+        rel, plan = got.to_relation(sites=2)
+        out = td.to_numpy(rel)
+        assert out.dtype == want.dtype and plan.cost.seconds > 0
+        np.testing.assert_array_equal(out, want)
+
+
+def test_arg_reductions_of_large_unsigned_values_across_chunks():
+    """uint64 values of 2**63 and above keep their order across chunks (the
+    ``[value, index]`` pairs are uint64, not int64, where they wrapped negative)."""
+    x = np.array([[1, 2**63 + 5, 3], [2**63 + 1, 0, 7]], dtype=np.uint64)
+    for axis in (None, 0, 1):
+        for op in ("argmax", "argmin"):
+            got = td.to_numpy(getattr(td.from_array(x, chunks=1), op)(axis=axis))
+            want = getattr(x, op)(axis=axis)
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+
+
+def test_array_api_checks_its_arguments_when_called():
+    """Creation functions check the shape and dtype when called (not at compute);
+    ``moveaxis`` checks its axes as numpy does; ``argmax(keepdims=True)`` over every
+    axis keeps one of each; ``bool ** 2`` is numpy's square (int8)."""
+    import tra_dask.array_api as xp
+
+    with pytest.raises(ValueError, match=r"full: shape \(2, -1\)"):
+        xp.full((2, -1), 1.0)
+    with pytest.raises(TypeError, match=r"full: shape \(2.5, 3\) has extent 2.5 \(float\)"):
+        xp.zeros((2.5, 3))
+    with pytest.raises(TypeError, match=r"full: dtype <U3 is not supported"):
+        xp.ones((2,), dtype="U3")
+    assert td.to_numpy(xp.zeros((0, 3))).shape == (0, 3) and td.to_numpy(xp.zeros(())).shape == ()
+    a = xp.ones((2, 3, 4))
+    for src, dst in ((0, 5), (-4, 0)):
+        with pytest.raises(np.exceptions.AxisError):
+            xp.moveaxis(a, src, dst)
+    with pytest.raises(ValueError, match="repeated axis"):
+        xp.moveaxis(a, [0, 1], [2, 2])
+    assert xp.moveaxis(a, [0, 1], [-1, -2]).shape == np.moveaxis(np.ones((2, 3, 4)), [0, 1], [-1, -2]).shape
+    x = np.arange(12.0).reshape(3, 4)
+    for op in ("argmax", "argmin"):
+        got = td.to_numpy(getattr(xp, op)(td.from_array(x), keepdims=True))
+        assert got.shape == getattr(np, op)(x, keepdims=True).shape == (1, 1)
+    b = np.array([True, False])
+    assert td.to_numpy(td.from_array(b) ** 2).dtype == (b ** 2).dtype == np.int8
+    assert td.to_numpy(np.power(td.from_array(b), 2)).dtype == np.power(b, 2).dtype == np.int64

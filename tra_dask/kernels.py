@@ -861,12 +861,29 @@ def compose(outer: Kernel, inner: Kernel) -> Kernel:
             total, ins = 0, shapes
             for k in stages:
                 total += k.flops(*ins)
-                ins = (k.out_type(*(ArrayType(tuple(s), np.dtype("f8")) for s in ins)).shape,)
+                ins = (shape_of(k, ins),)
             memo[key] = total
         return memo[key]
 
     return Kernel("∘".join(k.name for k in reversed(stages)), _Chain(stages), inner.arity, shape=None,
                   flops=flops, probe=infer, **_chain_facts(stages))
+
+
+# placeholder dtypes a chunk's output shape is asked with (flop counts take shapes only):
+# the first that the kernel takes (~ and << take no floats, ordering no complex numbers)
+_SHAPE_DTYPES = tuple(np.dtype(d) for d in ("f8", "i8", "?", "c16"))
+
+
+def shape_of(k: Kernel, shapes) -> tuple:
+    """The output chunk shape of ``k`` for input chunk ``shapes``, whatever their dtype:
+    asked with the first placeholder dtype the kernel takes (:data:`_SHAPE_DTYPES`)."""
+    err = None
+    for d in _SHAPE_DTYPES:
+        try:
+            return k.out_type(*(ArrayType(tuple(s), d) for s in shapes)).shape
+        except KernelTypeError as e:
+            err = err or e
+    raise err
 
 
 def _chain_facts(stages) -> dict:
@@ -933,8 +950,7 @@ def premap(binary: Kernel, pre: Kernel) -> Kernel:
         return t.shape, t.dtype
 
     def flops(a, b):
-        return pre.flops(a) + pre.flops(b) + binary.flops(pre.out_type(ArrayType(a, np.dtype("f8"))).shape,
-                                                          pre.out_type(ArrayType(b, np.dtype("f8"))).shape)
+        return pre.flops(a) + pre.flops(b) + binary.flops(shape_of(pre, (a,)), shape_of(pre, (b,)))
 
     return Kernel(f"{binary.name}∘({pre.name}×{pre.name})", Premapped(binary, pre), 2, shape=None, flops=flops,
                   probe=infer, associative=False, commutative=binary.commutative)

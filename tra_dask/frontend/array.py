@@ -338,7 +338,10 @@ class Array:
     def __truediv__(self, o): return self._binary(o, "div")
     def __rtruediv__(self, o): return self._binary(o, "div", True)
 
-    def __pow__(self, o): return self._binary(o, "pow")
+    def __pow__(self, o):
+        if self.dtype == np.bool_ and type(o) in (int, np.int64, np.int32) and o == 2:
+            return self.astype(np.int8)._binary(o, "pow")  # numpy's ** 2 is its square: int8 for bools
+        return self._binary(o, "pow")
     def __rpow__(self, o): return self._binary(o, "pow", True)
 
     def __floordiv__(self, o): return self._binary(o, "floor_divide")

@@ -27,8 +27,9 @@ import builtins
 import math
 
 import numpy as np
+from numpy.lib.array_utils import normalize_axis_tuple
 
-from .array import DEVICE, Array, _filled, _operand, from_array, from_region
+from .array import DEVICE, Array, _check_leaf, _filled, _operand, from_array, from_region
 from .array import einsum as td_einsum, matmul as _matmul, tensordot as _tensordot
 from . import functions as _f
 
@@ -164,10 +165,11 @@ def _default(dtype, value):
 
 
 def full(shape, fill_value, *, dtype=None, device=None):
-    """``fill_value`` everywhere, made on the workers where the plan puts each chunk."""
+    """``fill_value`` everywhere, made on the workers where the plan puts each chunk
+    (the shape's extents ints >= 0 and the dtype numeric, checked here)."""
     _device(device, "full")
     dtype = _default(dtype, fill_value)
-    return _filled(_shape(shape), dtype, fill_value)
+    return _filled(_check_leaf("full", shape, dtype, empty=True), dtype, fill_value)
 
 
 def zeros(shape, *, dtype=None, device=None):
@@ -417,13 +419,19 @@ def std(x, /, *, axis=None, correction=0.0, keepdims=False):
 
 
 def argmax(x, /, *, axis=None, keepdims=False):
-    out = _operand(x, "argmax").argmax(axis=axis)
-    return expand_dims(out, axis=axis) if keepdims and axis is not None else out
+    x = _operand(x, "argmax")
+    out = x.argmax(axis=axis)
+    if not keepdims:
+        return out
+    return expand_dims(out, axis=axis) if axis is not None else out.reshape((1,) * x.ndim)
 
 
 def argmin(x, /, *, axis=None, keepdims=False):
-    out = _operand(x, "argmin").argmin(axis=axis)
-    return expand_dims(out, axis=axis) if keepdims and axis is not None else out
+    x = _operand(x, "argmin")
+    out = x.argmin(axis=axis)
+    if not keepdims:
+        return out
+    return expand_dims(out, axis=axis) if axis is not None else out.reshape((1,) * x.ndim)
 
 
 # -- manipulation -----------------------------------------------------------------
@@ -457,9 +465,10 @@ def permute_dims(x, /, axes):
 
 def moveaxis(x, source, destination, /):
     x = _operand(x, "moveaxis")
-    src = [source] if isinstance(source, int) else list(source)
-    dst = [destination] if isinstance(destination, int) else list(destination)
-    src, dst = [s % x.ndim for s in src], [d % x.ndim for d in dst]
+    src = normalize_axis_tuple(source, x.ndim, "source")  # (numpy's AxisError and repeated-axis ValueError)
+    dst = normalize_axis_tuple(destination, x.ndim, "destination")
+    if len(src) != len(dst):
+        raise ValueError(f"moveaxis: source {source!r} and destination {destination!r} must name as many axes")
     order = [a for a in range(x.ndim) if a not in src]
     for d, s in sorted(zip(dst, src)):
         order.insert(d, s)

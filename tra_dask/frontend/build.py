@@ -402,8 +402,11 @@ class Builder:
     def _cumsum(self, node: Cumsum):
         """Running sums per chunk; the chunk totals (``T``, key ``k``) joined with
         themselves on every key dim but ``axis`` (key ``k`` + ``j``, the other block's
-        index), filtered to ``j <= k[axis]`` and summed: the totals up to and including
-        each block; joined back, each chunk gets the blocks before it added."""
+        index), filtered to ``j <= k[axis]`` and concatenated in ``j`` order: the totals
+        up to and including each block, side by side; joined back, each chunk gets the
+        sum of those before its own added (the first block, nothing: an inf or nan in a
+        block's total reaches only the blocks after it, as numpy's running sum does —
+        subtracting the block's own total from the sum of all of them made nan of it)."""
         x, a = node.inputs[0], node.axis
         dt = np.dtype(node.dtype).str
         rel = self(x)
@@ -416,7 +419,7 @@ class Builder:
         other = tuple(d for d in range(x.ndim) if d != a)
         pairs = L.join(totals, totals, other, other, ops.SECOND)  # key: T's key, then the other block's index
         upto = L.filter(pairs, Dim(x.ndim) <= Dim(a))
-        prefix = L.aggregate(upto, tuple(range(x.ndim)), "add")
+        prefix = L.concat(upto, x.ndim, a)
         dims = tuple(range(x.ndim))
         return L.join(running, prefix, dims, dims, ops.add_prefix_kernel(a))
 

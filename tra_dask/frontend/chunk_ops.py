@@ -572,16 +572,16 @@ SECOND = Kernel("second", _second, 2, lambda sa, sb: sb, dtype=lambda da, db: np
 
 def _add_prefix(c, p, axis):
     """A chunk's running sum ``c`` plus the sum of the chunks before it: ``p`` holds
-    the totals up to and including this chunk, so this chunk's own total (``c``'s
-    last slice along ``axis``) comes off."""
+    the totals of the chunks up to and including this one side by side along
+    ``axis``, so all but its last slice are added (none, for the first chunk)."""
     xp = array_module(c, p)
-    last = xp.take(c, [c.shape[axis] - 1], axis=axis)
-    return _contiguous(xp, c + (p - last))
+    before = xp.take(p, list(range(p.shape[axis] - 1)), axis=axis)
+    return _contiguous(xp, c + before.sum(axis=axis, keepdims=True).astype(c.dtype, copy=False))
 
 
 def add_prefix_kernel(axis: int) -> Kernel:
     def shape(sc, sp):
-        if len(sc) != len(sp) or sp[axis] != 1 or any(m != n for d, (m, n) in enumerate(zip(sc, sp)) if d != axis):
+        if len(sc) != len(sp) or sp[axis] < 1 or any(m != n for d, (m, n) in enumerate(zip(sc, sp)) if d != axis):
             raise KernelTypeError(f"add_prefix along {axis}: chunks {sc} and {sp}")
         return sc
 
@@ -666,8 +666,12 @@ class full_region:
 
 
 def _pair_dtype(d):
+    """The dtype a ``[value, index]`` pair is held in: one that holds every value of
+    ``d`` and every index (uint64 for uint64: 2**63 and above wrap negative in int64)."""
     d = np.dtype(d)
-    return np.dtype(np.float64) if d.kind in "fc" or d.itemsize > 8 else np.dtype(np.int64)
+    if d.kind in "fc" or d.itemsize > 8:
+        return np.dtype(np.float64)
+    return np.dtype(np.uint64) if d.kind == "u" and d.itemsize == 8 else np.dtype(np.int64)
 
 
 def _argpair(x, idx, op, axis):
