@@ -439,9 +439,10 @@ def _too_large_msg(cl: AxisClasses, ranked: list, footprint, memory: float) -> s
     least = min(footprint(k) for _, k in ranked)
     return (f"no chunking fits in memory: in each of the {len(ranked)} chunking(s) of "
             f"{', '.join(cl.describe(ci) for ci in range(len(cl.classes)) if cl.extent[ci] > 1)} "
-            f"ranked, one product's blocks (its operands and result) are more than a site holds, so none "
-            f"was planned; the least any needs is {least:,.0f} bytes per site against the limit of "
-            f"{memory:,.0f} bytes; use more workers or a larger limit")
+            f"ranked, one step's blocks (a product's operands and result, or its block products spread "
+            f"over every site before they are summed) are more than a site holds, so none was planned; "
+            f"the least any needs is {least:,.0f} bytes per site against the limit of {memory:,.0f} bytes; "
+            f"use more workers or a larger limit")
 
 
 def tried_msg(cl: AxisClasses, tried: dict, refusals=()) -> str:

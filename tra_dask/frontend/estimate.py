@@ -27,8 +27,12 @@ node:
   task (the per-task overhead); the results' way to the client where the call
   gathers them (the time model's :func:`~tra_dask.optimizer.time.gather_seconds`); a block step that does not fit in a site's memory
   (a product's operand and result blocks, or any other node's input and output
-  blocks) rules the chunking out (``inf``); a dask input cut otherwise is
-  re-chunked (``rechunk(arr, blocks)`` seconds, the chooser's).
+  blocks) rules the chunking out (``inf``), and so does a contraction whose block
+  products, held until they are summed — the result's bytes times the blocks of its
+  summed indices — are more than all the sites hold (cutting the summed index of a
+  80000x10000x80000 multiply 8 ways on 64 sites of 4 GB: 6.4 GB a site at best); a
+  dask input cut otherwise is re-chunked (``rechunk(arr, blocks)`` seconds, the
+  chooser's).
 
 A join whose operands and result, whole, are more than all the sites hold fits in no
 chunking (:meth:`Estimator.least_held`): the chooser refuses at once, naming it.
@@ -335,9 +339,12 @@ class Estimator:
         outs = [pos[c] for c in out]
         contracted = [i for i, c in enumerate(involved) if c not in out]
         work = sum(math.prod(chunk[i] for i in g) for g in ins) + math.prod(chunk[i] for i in outs)
-        self._footprint = max(self._footprint, work * itemsize)
-        if work * itemsize > self.memory:  # one product's operands and result do not fit on a site
-            return math.inf, 0
+        # the join holds every block product before they are summed: the result times the
+        # blocks of the summed indices, over all the sites at best
+        partials = math.prod(sizes[c] for c in out) * itemsize * math.prod(b[i] for i in contracted) / self.sites
+        self._footprint = max(self._footprint, work * itemsize, partials)
+        if work * itemsize > self.memory or partials > self.memory:
+            return math.inf, 0  # one product's operands and result, or the products held at once, do not fit
         sub = ",".join(group) + "->" + out
         # (a step of three or more operands runs pairwise, frontend.build: priced at the
         # memory-bound rate, as no single GEMM)
