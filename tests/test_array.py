@@ -629,3 +629,21 @@ def test_array_api_checks_its_arguments_when_called():
     b = np.array([True, False])
     assert td.to_numpy(td.from_array(b) ** 2).dtype == (b ** 2).dtype == np.int8
     assert td.to_numpy(np.power(td.from_array(b), 2)).dtype == np.power(b, 2).dtype == np.int64
+
+
+def test_reductions_of_a_0d_array_take_numpys_axis_0():
+    """numpy's reductions (sum, prod, max, min, any, all, argmax, argmin) take the int
+    axis 0 or -1 of a 0-d array as the whole of it (not a tuple, not mean's)."""
+    x = np.array(3.0)
+    X = td.from_array(x)
+    for op in ("sum", "prod", "max", "min", "any", "all", "argmax", "argmin"):
+        for axis in (0, -1):
+            want = getattr(x, op)(axis=axis)
+            got = td.to_numpy(getattr(X, op)(axis=axis))
+            assert got.dtype == np.asarray(want).dtype and got.shape == np.shape(want) and got == want
+        with pytest.raises(np.exceptions.AxisError):
+            getattr(X, op)(axis=1)
+    with pytest.raises(np.exceptions.AxisError):
+        X.sum(axis=(0,))
+    with pytest.raises(np.exceptions.AxisError):
+        X.mean(axis=0)

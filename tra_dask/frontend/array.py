@@ -446,9 +446,20 @@ class Array:
             raise ValueError(f"{where}: axis {axis!r} repeats an axis")
         return tuple(sorted(out))
 
+    def _whole(self, axis):
+        """``axis``, or None for numpy's reductions' axis 0 or -1 (an int, not a
+        tuple) of a 0-d array: the whole of it."""
+        if self.ndim == 0 and not isinstance(axis, (bool, np.bool_, tuple, list)):
+            try:
+                if operator.index(axis) in (0, -1):
+                    return None
+            except TypeError:
+                pass
+        return axis
+
     def _reduce(self, op, axis, keepdims):
         where = f"td.Array.{op}"
-        axes = self._axes(axis, where)
+        axes = self._axes(self._whole(axis), where)
         if op in ("max", "min"):
             _refuse_complex(where, self.dtype)
         shape = tuple(1 if a in axes else n for a, n in enumerate(self.shape) if keepdims or a not in axes)
@@ -543,6 +554,7 @@ class Array:
 
     def _arg(self, op, axis):
         where = f"td.Array.arg{op}"
+        axis = self._whole(axis)
         if axis is None:  # the flat index: of the array reshaped to one axis
             if self.ndim != 1:
                 return self.reshape(-1)._arg(op, 0)
