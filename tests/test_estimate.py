@@ -123,6 +123,26 @@ def test_a_chunking_whose_block_products_outgrow_the_sites_is_not_planned(plans)
     assert plan.cost.peak_bytes_per_site.max() <= 4e9 and len(plans) <= PLANNED + UNFIT + 1
 
 
+def test_mirror_images_are_planned_once(plans, monkeypatch):
+    """The 5-operand chain ab,bc,cd,de,ef->af reads the same backwards: cutting b or d
+    in two, and its two mirror contraction orders, are priced exactly alike and cut as
+    many classes as many ways, so one of each is planned (2 searches, was 4), and the
+    choice is the one planning them all makes."""
+    import tra_dask.frontend.chunking as C
+
+    def chain():
+        return td.einsum("ab,bc,cd,de,ef->af", *[arr(4096, 4096) for _ in range(5)])
+
+    rel, plan = run.build_local(chain(), sites=16)
+    assert len(plans) == 2, plans
+    once = plan.cost.seconds
+    plans.clear()
+    run._CHOICES.clear()
+    monkeypatch.setattr(C, "_cut_counts", lambda cl, k: object())  # no two chunkings alike
+    rel, plan = run.build_local(chain(), sites=16)
+    assert len(plans) > 2 and plan.cost.seconds == pytest.approx(once, rel=1e-12)
+
+
 def test_a_slice_above_a_join_leaves_the_choice_to_the_plans(plans):
     """A slice may read a sliver of a join: the join's whole bytes bound nothing, and
     the chunk choice plans (here, a plan that fits: only the sliver is computed)."""

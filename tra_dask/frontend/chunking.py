@@ -368,6 +368,7 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
         footprint = getattr(estimate, "footprint", None)
         planned = attempts = 0
         unfit = math.inf  # the smallest footprint of a chunking that did not fit
+        alike: set = set()  # the estimates of the chunkings planned that fit
         for v, k in ranked:  # (an infinite estimate: a block product that fits no site's memory)
             if v == math.inf or planned >= PLANNED or (planned and v > ranked[0][0] * PLANNED_MARGIN):
                 break
@@ -375,13 +376,19 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
                 break
             if footprint is not None and not planned and footprint(k) >= unfit:
                 continue  # products at least as large as one that did not fit: the next smaller
+            twin = (v, _cut_counts(cl, k))
+            if twin in alike:  # priced exactly as one planned that cuts as many classes of each extent
+                planned += 1  # as many ways (a symmetric expression's mirror image, or block sizes that
+                continue  # cut alike): that one's plan stands for it
             attempts += 1
             if k in tried and tried[k][1] < math.inf:
                 planned += 1
+                alike.add(twin)
                 continue
             try:
                 tried[k] = evaluate(list(k))
                 planned += 1
+                alike.add(twin)
             except NoPlanFits as e:
                 tried[k] = (None, math.inf)
                 refusals.append(str(e))
@@ -431,6 +438,12 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
                       + (" (the closest planned again in full)" if final is not None else "") + traffic_note
                       if len(tried) > 1 else choice.describe())
     return choice
+
+
+def _cut_counts(cl: AxisClasses, blocks) -> tuple:
+    """``(extent, blocks)`` of every axis class under block sizes ``blocks``, sorted:
+    alike for a chunking and its mirror image."""
+    return tuple(sorted((e, -(-e // max(1, min(b, e)))) for e, b in zip(cl.extent, blocks)))
 
 
 def _too_large_msg(cl: AxisClasses, ranked: list, footprint, memory: float) -> str:

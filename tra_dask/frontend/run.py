@@ -251,9 +251,13 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
             guesses.append((Estimator(cl, sites, spec, trial)(choice.blocks), i, path))
         guesses.sort()
         scored = []
+        alike: set = set()  # the estimates of the orders planned
         for g, _, path in guesses[:ORDERS]:
             if g > guesses[0][0] * PLANNED_MARGIN:
                 break  # estimated slower than the best order by more than the margin: not planned
+            if g in alike:
+                continue  # priced exactly as one planned (a symmetric chain's mirror order)
+            alike.add(g)
             trial = dict(paths)
             trial[node] = path
             try:
