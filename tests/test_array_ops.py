@@ -191,6 +191,31 @@ def test_reshape_keeps_the_cut_of_axes_it_keeps():
     assert len(td.evaluate(rel)) == 3  # a rekey + re-tile: the three row blocks stay three chunks
 
 
+def test_a_merging_reshape_keeps_its_first_axis_cut():
+    """A group of axes merged into one keeps its first axis cut (the others whole):
+    each chunk is a run of the merged axis, re-cut to that axis's blocks in the plan
+    (given chunks, ragged blocks, the chunk choice's blocks, several sites); a ravel
+    of a 4.3 GB array plans on 256 sites of 4 GB (it was one block: NoPlanFits)."""
+    rng = np.random.default_rng(5)
+    for shape, chunks, new in [((6, 4), (2, 4), (-1,)), ((7, 5), (3, 5), (35,)), ((5, 3, 4), (2, 3, 4), (5, 12)),
+                               ((5, 3, 4), (2, 3, 4), (15, 4)), ((5, 3, 4), (3, 2, 4), (-1,)),
+                               ((4, 1, 5), (3, 1, 5), (4, 5)), ((8, 3, 2), (3, 3, 2), (2, 4, 6)),
+                               ((9, 2, 3), (4, 1, 3), (18, 3))]:
+        x = rng.standard_normal(shape)
+        for X in (td.from_array(x, chunks=chunks), td.from_array(x)):
+            want = x.reshape(new)
+            _eq(td.to_numpy(X.reshape(new)), want)
+            for sites in (2, 3, 7):
+                rel, _ = (X.reshape(new) * 2).to_relation(sites=sites)
+                _eq(td.to_numpy(rel), want * 2)
+
+    def nodata(region):
+        raise AssertionError("planning must not make data")
+
+    rel, plan = td.from_region(nodata, (65536, 8192), "float64").reshape(-1).to_relation(sites=256)
+    assert plan.cost.peak_bytes_per_site.max() <= 4e9 and plan.cost.flops_balance <= 1.01
+
+
 def test_concatenate_and_stack_equal_numpy():
     a, b = X64, RNG.standard_normal((3, 7))
     for xs, axis in [([a, b], 0), ([a, a, a], 1), ([a, I32], 0), ([a[:, :2], a], 1), ([a], 0), ([a, b[:0]], 0)]:

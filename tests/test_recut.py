@@ -47,6 +47,32 @@ def test_pieces_cover_every_output_element_once():
                 assert sorted(t[js == j, 1].tolist()) == list(range(int((js == j).sum())))
 
 
+def test_a_progressions_pieces_come_from_the_block_boundaries():
+    """The pieces of ``first + o*step`` (a slice's or a reshape's re-cut) from the block
+    boundaries alone equal those of the elements listed, on random extents, block
+    grids (ragged, with empty blocks), steps and output blocks — and an axis of 5·10⁸
+    elements is a few rows, not an array of that length."""
+    rng = np.random.default_rng(11)
+    n = 0
+    while n < 3000:
+        extent = int(rng.integers(1, 60))
+        if rng.random() < 0.3:
+            cuts = np.sort(rng.integers(0, extent + 1, size=int(rng.integers(1, 6))))
+            block = tuple(int(v) for v in np.diff(np.r_[0, cuts, extent]))
+        else:
+            block = int(rng.integers(1, 12))
+        step = int(rng.choice([1, 1, 2, 3, -1, -2, 5, -4]))
+        first = int(rng.integers(0, extent))
+        most = (extent - 1 - first) // step + 1 if step > 0 else first // -step + 1
+        length, out_block = int(rng.integers(1, most + 1)), int(rng.integers(1, 12))
+        want = piece_table(extent, block, first + step * np.arange(length), out_block, step)
+        got = piece_table(extent, block, L.Progression(first, step, length), out_block, step)
+        assert np.array_equal(want, got), (extent, block, first, step, length, out_block)
+        n += 1
+    big = piece_table(5 * 10**8, 10**7, L.Progression(3, 1, 5 * 10**8 - 3), 3 * 10**7, 1)
+    assert len(big) <= 50 + 17 and big[:, 4].sum() == 5 * 10**8 - 3  # (at most input + output blocks)
+
+
 def test_recut_of_a_relation_equals_numpy():
     rng = np.random.default_rng(0)
     cases = 0

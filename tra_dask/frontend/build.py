@@ -11,6 +11,7 @@ axes both operands carry; a reduction aggregates over the reduced key dims.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -373,19 +374,30 @@ class Builder:
         return _rekey(rel, [Const(0) if o in node.positions else Dim(next(it)) for o in range(node.ndim)])
 
     def _reshape(self, node: Reshape):
-        """A rekey (the kept axes' key dims; a merged or split group's, one block, is 0)
-        and a re-tile of each chunk (:func:`~.chunk_ops.reshape_kernel`)."""
+        """A re-tile of each chunk (:func:`~.chunk_ops.reshape_kernel`) and a rekey: a
+        kept axis keeps its key dim; a merged group's output axis takes its first
+        input axis's (each chunk, whole along the group's other axes, is a run of the
+        output axis: blocks of that axis's block times their extents), then is re-cut
+        to its own blocks where they differ (:func:`~.recut.recut`); a split group's
+        axes, one block, are 0."""
         x = node.inputs[0]
-        spec, exprs = [None] * node.ndim, [None] * node.ndim
+        spec, exprs, runs = [None] * node.ndim, [None] * node.ndim, []
         for g in node.groups:
             ins, outs = g
             for o in outs:
                 if node.kept(g):
                     spec[o], exprs[o] = ("axis", ins[0]), Dim(ins[0])
+                elif node.merged(g):
+                    spec[o], exprs[o] = ("merge", ins), Dim(ins[0])
+                    runs.append((o, self.block(x, ins[0]) * math.prod(x.shape[a] for a in ins[1:])))
                 else:
                     spec[o], exprs[o] = ("n", node.shape[o]), Const(0)
-        rel = L.transform(self(x), ops.reshape_kernel(tuple(spec)))
-        return _rekey(rel, exprs)
+        rel = _rekey(L.transform(self(x), ops.reshape_kernel(tuple(spec))), exprs)
+        for o, run in runs:
+            n, out = node.shape[o], self.block(node, o)
+            if not aligned(n, run, 0, 1, n, out):
+                rel = recut(rel, o, n, run, 0, 1, n, out, name=_name(node))
+        return rel
 
     def _concatenate(self, node: Concatenate):
         """Joined on every key dim (the concatenation axis is one block, key 0 in every

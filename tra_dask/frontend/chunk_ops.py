@@ -463,18 +463,25 @@ def astype_kernel(dtype: str) -> Kernel:
 
 
 def _reshape(x, spec):
-    return _contiguous(array_module(x), x).reshape(tuple(x.shape[v] if kind == "axis" else v for kind, v in spec))
+    return _contiguous(array_module(x), x).reshape(tuple(
+        x.shape[v] if kind == "axis" else math.prod(x.shape[a] for a in v) if kind == "merge" else v
+        for kind, v in spec))
 
 
 def reshape_kernel(spec: tuple) -> Kernel:
     """A chunk reshaped: output axis ``o`` has the extent ``spec[o]`` says, ``("axis",
-    a)`` (the chunk's axis ``a``: an axis the reshape keeps, cut as it is) or ``("n",
-    n)`` (a whole axis of a group the reshape merges or splits, which the chunking
-    keeps in one block, so that C order within the chunk is C order of the group)."""
-    spec = tuple((str(k), int(v)) for k, v in spec)
+    a)`` (the chunk's axis ``a``: an axis the reshape keeps, cut as it is), ``("merge",
+    (a, ...))`` (the product of the chunk's extents along those axes: a group merged
+    into one axis, all but its first whole in the chunk, so that C order within the
+    chunk is a run of C order of the group) or ``("n", n)`` (a whole axis of a group
+    the reshape splits, which the chunking keeps in one block)."""
+    spec = tuple((str(k), tuple(int(a) for a in v) if k == "merge" else int(v)) for k, v in spec)
+
+    def extent(s, kind, v):
+        return s[v] if kind == "axis" else math.prod(s[a] for a in v) if kind == "merge" else v
 
     def shape(s):
-        out = tuple(s[v] if kind == "axis" else v for kind, v in spec)
+        out = tuple(extent(s, kind, v) for kind, v in spec)
         if math.prod(out) != math.prod(s):
             raise KernelTypeError(f"reshape{spec}: chunk {s} has {math.prod(s)} elements, not {math.prod(out)}")
         return out

@@ -51,7 +51,7 @@ from ..optimizer.time import call_rate, gather_seconds, op_cost
 from .chunk_ops import einsum_kernel
 from .einsum import contraction_paths
 from ..logical import piece_table
-from .nodes import Einsum, Elementwise, Gather, Leaf, ScalarOp, Slice, Take, Unary, Where
+from .nodes import Einsum, Elementwise, Gather, Leaf, Reshape, ScalarOp, Slice, Take, Unary, Where
 from .recut import aligned
 
 __all__ = ["Estimator"]
@@ -110,7 +110,7 @@ class Estimator:
                 s, t = self._einsum(n, blocks)
             else:
                 s, t = self._other(n, nb, blocks)
-                if isinstance(n, (Slice, Gather)):
+                if isinstance(n, (Slice, Gather, Reshape)):
                     s2, t2 = self._recut(n, blocks)
                     s, t = s + s2, t + t2
             if s == math.inf:
@@ -252,6 +252,15 @@ class Estimator:
             return (min(blocks[self.cl.of[(x, a)]], max(1, x.shape[a])),
                     min(blocks[self.cl.of[(n, a)]], max(1, n.shape[a])))
 
+        if isinstance(n, Reshape):  # a merged group's runs (its first axis's blocks) re-cut to the output's
+            for g in n.groups:
+                if n.merged(g):
+                    (a0, *rest), (o,) = g
+                    run = min(blocks[self.cl.of[(x, a0)]], max(1, x.shape[a0])) * math.prod(x.shape[a] for a in rest)
+                    out = min(blocks[self.cl.of[(n, o)]], max(1, n.shape[o]))
+                    if not aligned(n.shape[o], run, 0, 1, n.shape[o], out):
+                        yield o, -(-n.shape[o] // run) + -(-n.shape[o] // out)
+            return
         if isinstance(n, Gather):
             blk, out = cut(n.axis)
             key = (n, blk, out)

@@ -211,9 +211,11 @@ def _whole(x: Array, axes) -> Array:
 
 def reshape(x, shape, order="C", copy=None) -> Array:
     """``numpy.reshape`` in C order (``order='C'`` only; one ``-1`` allowed).  An axis
-    the reshape keeps stays cut as it is (a rekey); the axes of a group it merges or
-    splits are one block each (each chunk reshaped on its own: a re-tile); given chunks
-    that cut such an axis are re-cut to one block first, in the plan.
+    the reshape keeps stays cut as it is (a rekey); a group of axes it merges into one
+    keeps its first axis cut and the others in one block (each chunk reshaped on its
+    own is a run of the merged axis, re-cut to its blocks in the plan); the axes of a
+    group it splits are one block each; given chunks that cut an axis that must be
+    whole are re-cut to one block first, in the plan.
 
     >>> import tra_dask as td
     >>> td.to_numpy(reshape(np.arange(6), (2, 3)))
@@ -244,7 +246,7 @@ def reshape(x, shape, order="C", copy=None) -> Array:
         return _filled(shape, x.dtype)
     groups = _groups(x.shape, shape)
     node = Reshape(shape, x.dtype, inputs=(x._node,), groups=groups)
-    x = _whole(x, [a for g in groups if not node.kept(g) for a in g[0]])
+    x = _whole(x, [a for i, a in node.whole() if i == 0])
     return Array(Reshape(shape, x.dtype, inputs=(x._node,), groups=groups))
 
 

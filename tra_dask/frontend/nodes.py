@@ -298,8 +298,11 @@ class Expand(ANode):
 class Reshape(ANode):
     """``reshape`` in C order, as ``groups``: ``((input axes), (output axes))`` whose
     extents have one product, in order.  A group of one axis each side keeps its
-    axis (cut as it is: a rekey); the axes of a group that merges or splits are kept
-    in one block (then each chunk is reshaped on its own: a re-tile)."""
+    axis (cut as it is: a rekey); a group that merges input axes into one output axis
+    keeps its first input axis cut and the others whole (each chunk reshaped on its
+    own is a run of the output axis, which is then re-cut to its own blocks: a
+    ``ravel`` of a large array need not be one block); the axes of a group that splits
+    one axis are kept in one block."""
 
     inputs: tuple = ()
     groups: tuple = ()
@@ -308,13 +311,20 @@ class Reshape(ANode):
         (ins, outs) = group
         return len(ins) == 1 and len(outs) == 1
 
+    def merged(self, group) -> bool:
+        """Several input axes into one output axis."""
+        (ins, outs) = group
+        return len(ins) > 1 and len(outs) == 1
+
     def links(self):
         return [(0, g[0][0], g[1][0]) for g in self.groups if self.kept(g)]
 
     def whole(self):
         out = []
         for g in self.groups:
-            if not self.kept(g):
+            if self.merged(g):
+                out += [(0, a) for a in g[0][1:]]
+            elif not self.kept(g):
                 out += [(0, a) for a in g[0]] + [(None, o) for o in g[1]]
         return out
 

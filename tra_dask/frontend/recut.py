@@ -38,7 +38,7 @@ def recut(rel, axis: int, extent: int, block, first: int, step: int, length: int
     """``rel`` (a chunk grid; ``axis`` of ``extent`` in blocks of ``block``, or of the
     extents ``block`` lists) with that axis re-cut: elements ``first + o*step`` for ``o < length``, in blocks of
     ``out_block``."""
-    src = first + step * np.arange(length, dtype=np.int64)
+    src = L.Progression(int(first), int(step), int(length))  # (its pieces from the block boundaries alone)
     return regather(rel, axis, extent, block, src, out_block, step, f"{first}::{step} x{length}", name)
 
 
@@ -47,8 +47,9 @@ def regather(rel, axis: int, extent: int, block, src, out_block: int, step: int 
     """``rel`` with ``axis`` re-cut in blocks of ``out_block``: output element ``o`` is
     input element ``src[o]`` (``step``: the stride of the runs to take as slices, None
     to take any run by its positions: :class:`~tra_dask.logical.Pieces`)."""
-    src = np.asarray(src, dtype=np.int64)
-    src.flags.writeable = False
+    if not isinstance(src, L.Progression):
+        src = np.asarray(src, dtype=np.int64)
+        src.flags.writeable = False
     pieces = L.Pieces(extent, block, src, out_block, step,
                       name=f"pieces[{name or rel.label} axis {axis}: {what}/{out_block}]")
     rank = rel.type.arity

@@ -221,6 +221,8 @@ def piece_table(extent: int, block, src, out_block: int, step: int | None = 1) -
     >>> piece_table(10, 4, np.arange(9, -1, -1), 4, -1).tolist()[:2]  # x[::-1]: x[9], x[8]; then x[7], x[6]
     [[0, 0, 2, 1, 2, 0], [0, 1, 1, 3, 2, 2]]
     """
+    if isinstance(src, Progression):
+        return _progression_table(extent, block, src, out_block, step)
     src = np.asarray(src, dtype=np.int64).reshape(-1)
     length = len(src)
     sizes = np.atleast_1d(np.asarray(block, dtype=np.int64))
@@ -248,6 +250,48 @@ def piece_table(extent: int, block, src, out_block: int, step: int | None = 1) -
     return np.stack([pj, pq, pi, src[starts] - first[starts], counts, starts], axis=1)
 
 
+@dataclass(frozen=True)
+class Progression:
+    """The input elements ``first + o*step`` for ``o < length`` of a re-cut, held as
+    the three numbers (a slice or a reshape's re-cut of an axis of 5·10⁸ elements held
+    them as an array of that length)."""
+
+    first: int
+    step: int
+    length: int
+
+    def __array__(self, dtype=None, copy=None):
+        return (self.first + self.step * np.arange(self.length, dtype=np.int64)).astype(dtype or np.int64)
+
+
+def _progression_table(extent: int, block, src: Progression, out_block: int, step) -> np.ndarray:
+    """:func:`piece_table` of ``src``'s elements, from the block boundaries alone: a
+    piece starts at each output block's first element and where the elements enter
+    another input block (as many rows as pieces, not as elements)."""
+    first, stride, length = int(src.first), int(src.step), int(src.length)
+    sizes = np.atleast_1d(np.asarray(block, dtype=np.int64))
+    last = first + stride * (length - 1)
+    if stride == 0 or step != stride or (sizes < 0).any() or not sizes.any() or out_block <= 0 or length <= 0 \
+            or (sizes.size > 1 and sizes.sum() != extent) or min(first, last) < 0 or max(first, last) >= extent:
+        raise ValueError(f"piece_table: {src}, step {step}, block {block}, out_block {out_block}, extent {extent}")
+    starts_in = (np.arange(0, extent, int(sizes[0]), dtype=np.int64) if sizes.size == 1
+                 else np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64))
+    lo, hi = min(first, last), max(first, last)
+    b = np.unique(starts_in[(starts_in > lo) & (starts_in <= hi)])
+    if stride > 0:  # the first output element at or past each boundary
+        enter = -((first - b) // stride)
+    else:  # the first output element below each boundary
+        enter = (first - b) // (-stride) + 1
+    brk = np.unique(np.r_[np.arange(0, length, out_block, dtype=np.int64), enter[(enter > 0) & (enter < length)]])
+    at = first + stride * brk
+    i = np.searchsorted(starts_in, at, side="right") - 1  # (the last of equal starts: not an empty block)
+    counts = np.diff(np.r_[brk, length])
+    pj = brk // out_block
+    jstart = np.flatnonzero(np.r_[True, pj[1:] != pj[:-1]])
+    pq = np.arange(len(brk)) - np.repeat(jstart, np.diff(np.r_[jstart, len(brk)]))
+    return np.stack([pj, pq, i, at - starts_in[i], counts, brk], axis=1)
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Pieces(Source):
     """The geometry of a re-cut of one axis (:func:`piece_table`), as a relation: the
@@ -269,7 +313,9 @@ class Pieces(Source):
     def _params(self):
         digest = self.__dict__.get("_digest")
         if digest is None:
-            digest = hashlib.blake2b(np.ascontiguousarray(self.src).tobytes(), digest_size=16).hexdigest()
+            data = (repr(self.src).encode() if isinstance(self.src, Progression)
+                    else np.ascontiguousarray(self.src).tobytes())
+            digest = hashlib.blake2b(data, digest_size=16).hexdigest()
             object.__setattr__(self, "_digest", digest)
         return (self.extent, self.block, digest, self.out_block, self.step)
 
