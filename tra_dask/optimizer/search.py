@@ -194,12 +194,12 @@ def _rewrites(node: PNode, rules, budget: _Budget, depth: int, memo: dict | None
 def _source_candidates(node: PSource, joined: bool = True) -> list[PNode]:
     """A free source on each ``Part(d)`` and, for one that no join reads but an
     elementwise one (``joined`` False: its maps, aggregations and elementwise joins
-    run where it is loaded, and no join strategy places it again), where none of those spreads its keys evenly (8x2 blocks on 16
-    sites: ``Part(0)`` leaves 8 sites empty), on ``Part`` of every key dim
-    (row-major order dealt round the sites: no site holds more than one key over an
-    even share); of placements that put every key where another does (a relation of
-    one key along ``d``: every ``Part`` of a one-tuple relation), the first only —
-    one layout is one candidate."""
+    run where it is loaded, and no join strategy places it again), where none of
+    those spreads its keys evenly (8x2 blocks on 16 sites: ``Part(0)`` leaves 8 sites
+    empty), on ``Part`` of every key dim (row-major order dealt round the sites: no
+    site holds more than one key over an even share); of placements that put every
+    key where another does (a relation of one key along ``d``: every ``Part`` of a
+    one-tuple relation), the first only — one layout is one candidate."""
     out = [node]
     if node.free:
         seen = {_signature(node)}
