@@ -614,3 +614,15 @@ def test_grids_on_fewer_sites_than_the_cluster_simulate_to_the_reference(blocks,
         used = {s for n, per_site in td.simulate(p).site_keys.items() if type(n).__name__ == "LocalJoin"
                 for s, keys in enumerate(per_site) if keys}
         assert used and max(used) < max(grid_sites(p))
+
+
+def test_a_reader_that_cannot_run_over_one_candidate_of_a_shared_node_is_planned_without_it():
+    """Two outputs over a replicated source: planning the readers of the twice-computed
+    join again over one of its candidates leaves a reader with no placement that runs
+    there (every combination a PlacementError); that candidate is passed over (the
+    search raised "min() arg is an empty sequence"), and every plan simulates."""
+    S0 = td.from_numpy(np.random.default_rng(1).normal(size=(2, 2)), (1, 1), name="S0")
+    j = td.join(S0, S0, (0, 1), (0, 1), "add")
+    out0 = td.join(td.aggregate(j, (0,), "add"), j, (0,), (1,), "add")
+    for objective in ("time", "bytes"):
+        check_every_plan((out0, S0), 2, placements={"S0": "all"}, objective=objective)

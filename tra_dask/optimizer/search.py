@@ -334,7 +334,7 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
                 kept.append(c)
                 if len(kept) == beam:
                     break
-        if traffic:  # and the one that moves least (the time objective may rank it out of the beam,
+        if traffic and ranked:  # and the one that moves least (the time objective may rank it out of the beam,
             # and it is what a near-tie should go to: optimize.less_traffic)
             least = min(delivered(c).floats_moved for c in ranked)
             low = min((c for c in ranked if delivered(c).floats_moved == least), key=score)
@@ -405,6 +405,10 @@ def _search(outputs, rules, model, objective, memory_limit, budget, beam, rounds
                 if node in above:
                     ranked2[node], alts2[node] = expand(node, alts2)
                     ncand += len(ranked2[node])
+                    if not alts2[node]:  # no reader runs over this candidate where it is
+                        break
+            if any(not alts2[node] for node in above):
+                continue
             for c, cost in combined(alts2, ranked2):
                 if tuple(c) not in made_from:
                     made_from[tuple(c)] = (alts2, ranked2)
