@@ -143,6 +143,18 @@ def test_mirror_images_are_planned_once(plans, monkeypatch):
     assert len(plans) > 2 and plan.cost.seconds == pytest.approx(once, rel=1e-12)
 
 
+def test_finer_grids_than_the_clusters_are_tried_before_no_plan_fits():
+    """A 24x4 argmax on one site of 1,360 bytes: no chunking of the cluster-sized grids
+    (up to 4 blocks a class) has a plan within the limit, but 12 row blocks do; the
+    chooser tries grids of more blocks before it gives up (it raised NoPlanFits)."""
+    import numpy as np
+
+    a = np.round(np.random.default_rng(0).standard_normal((24, 4)), 3)
+    rel, plan = td.from_array(a).argmax(1).to_relation(sites=1, memory_limit=1360)
+    assert plan.cost.peak_bytes_per_site.max() <= 1360
+    np.testing.assert_array_equal(td.to_numpy(rel), a.argmax(1))
+
+
 def test_a_slice_above_a_join_leaves_the_choice_to_the_plans(plans):
     """A slice may read a sliver of a join: the join's whole bytes bound nothing, and
     the chunk choice plans (here, a plan that fits: only the sliver is computed)."""

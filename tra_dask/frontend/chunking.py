@@ -152,10 +152,12 @@ class AxisClasses:
             pinned = [n]
         return pinned
 
-    def candidates(self, ci: int, sites: int) -> list[int]:
+    def candidates(self, ci: int, sites: int, finer: bool = False) -> list[int]:
         """Block sizes to try for class ``ci``: its fixed chunks first, then grids
         that fit the cluster, and where a slice cuts the class, the same grids moved
-        onto its cut points (there the slice re-cuts nothing)."""
+        onto its cut points (there the slice re-cuts nothing); ``finer``: also
+        grids of more blocks, up to one element a block (for a chunking whose blocks fit
+        where none of the cluster's grids does)."""
         n = self.extent[ci]
         pinned = self.pinned(ci)
         if pinned:
@@ -165,6 +167,8 @@ class AxisClasses:
         roots = [r for r in (round(sites ** 0.5), round(sites ** (1 / 3))) if r ** 2 == sites or r ** 3 == sites]
         counts = [1, 2, *roots, sites, 2 * sites, 4 * sites]
         counts += [2 ** e for e in range(2, (4 * sites).bit_length())]  # grids on fewer sites
+        if finer:
+            counts += [2 ** e for e in range((4 * sites).bit_length(), max(n, 1).bit_length() + 1)] + [n]
         out = list(self.fixed[ci])
         g = 0  # blocks that divide every cut point keep the slices' blocks whole
         for c in self.cuts[ci]:
@@ -301,7 +305,8 @@ def less_traffic_chunking(tried: dict, best: list) -> tuple[list, str]:
     return list(cur), "".join(f"; {n}" for n in notes)
 
 
-def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, settled: bool = False) -> Choice:
+def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, settled: bool = False,
+           finer: bool = False) -> Choice:
     """The chunking of the expression whose axis classes are ``cl`` with the least
     predicted seconds.
 
@@ -324,7 +329,16 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
     """
     t0 = time.perf_counter()
     traffic_note = ""
-    cands = [cl.candidates(ci, sites) for ci in range(len(cl.classes))]
+    cands = [cl.candidates(ci, sites, finer) for ci in range(len(cl.classes))]
+
+    def again_finer():  # nothing fits in the cluster-sized grids: finer ones, before giving up
+        if finer or all(cl.candidates(ci, sites, True) == c for ci, c in enumerate(cands)):
+            return None
+        try:
+            return choose(cl, sites, evaluate, final, estimate, settled, finer=True)
+        except NoPlanFits:
+            return None
+
     free = [ci for ci, c in enumerate(cands) if len(c) > 1]
     tried: dict = {}
     refusals: list = []  # what the plans that did not fit said (bytes needed against the limit)
@@ -394,6 +408,10 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
                 refusals.append(str(e))
                 if footprint is not None:
                     unfit = min(unfit, footprint(k))
+        if not tried or all(v[1] == math.inf for v in tried.values()):
+            got = again_finer()
+            if got is not None:
+                return got
         if not tried and footprint is not None:  # every chunking ruled out before planning
             raise NoPlanFits(_too_large_msg(cl, ranked, footprint, estimate.memory))
         if not tried or all(v[1] == math.inf for v in tried.values()):
