@@ -307,6 +307,8 @@ def _placed_dask_array(client, x: np.ndarray, chunks: tuple, where) -> "da.Array
     worker ``where(idx)`` (as Dask leaves chunks: wherever it ran them)."""
     import dask.array as da
 
+    want = 1 + max(where((i, j)) for i in range(x.shape[0] // chunks[0]) for j in range(x.shape[1] // chunks[1]))
+    client.wait_for_workers(want, timeout=120)  # (a worker another test killed may still be coming back)
     workers = sorted(client.scheduler_info()["workers"])
     name = "placed-" + dask.base.tokenize(x, chunks, [where((i, j)) for i in range(x.shape[0] // chunks[0])
                                                       for j in range(x.shape[1] // chunks[1])])
