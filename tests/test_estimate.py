@@ -155,6 +155,32 @@ def test_finer_grids_than_the_clusters_are_tried_before_no_plan_fits():
     np.testing.assert_array_equal(td.to_numpy(rel), a.argmax(1))
 
 
+def test_a_chunking_that_holds_less_is_planned_after_one_that_did_not_fit():
+    """(2400x400) @ (400x400) on 2 sites of 11,648,000 bytes: 4 row blocks peak at
+    12.8 MB a site (half of each matrix, the whole of the broadcast one, two 1.9 MB
+    blocks in flight), 8 row blocks at 11.52 MB.  The chooser passes over only the
+    chunkings whose estimated peak is no smaller than one that did not fit (it passed
+    over those whose largest block step was no smaller: 8 row blocks' tied 4 row
+    blocks cut twice along k, and NoPlanFits was raised); the estimate's peak is the
+    plan's here."""
+    import numpy as np
+
+    from tra_dask.frontend.chunking import AxisClasses
+    from tra_dask.frontend.estimate import Estimator
+
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((2400, 400)), rng.standard_normal((400, 400))
+    x = td.from_array(a) @ td.from_array(b)
+    rel, plan = x.to_relation(sites=2, memory_limit=11_648_000)
+    assert plan.cost.peak_bytes_per_site.max() <= 11_648_000
+    np.testing.assert_allclose(td.to_numpy(rel), a @ b, rtol=1e-10)
+    est = Estimator(AxisClasses([x._node]), 2, td.ClusterSpec(sites=2, memory_per_site=11_648_000))
+    for rows in (600, 300):
+        fixed = (td.from_array(a, chunks=(rows, 400)) @ td.from_array(b, chunks=(400, 400)))
+        _, p = fixed.to_relation(sites=2, memory_limit=1e9)
+        assert est.peak([rows, 400, 400]) == p.cost.peak_bytes_per_site.max()
+
+
 def test_a_slice_above_a_join_leaves_the_choice_to_the_plans(plans):
     """A slice may read a sliver of a join: the join's whole bytes bound nothing, and
     the chunk choice plans (here, a plan that fits: only the sliver is computed)."""

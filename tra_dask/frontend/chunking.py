@@ -306,7 +306,7 @@ def less_traffic_chunking(tried: dict, best: list) -> tuple[list, str]:
 
 
 def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, settled: bool = False,
-           finer: bool = False) -> Choice:
+           finer: bool = False, tried: dict | None = None) -> Choice:
     """The chunking of the expression whose axis classes are ``cl`` with the least
     predicted seconds.
 
@@ -326,6 +326,9 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
     that does.  ``settled``: the caller compares nothing else under the chunking
     chosen (no contraction order left open), so a chunking chosen without planning
     any other is planned once, by ``final``, not by ``evaluate`` and again by ``final``.
+    ``finer``: grids of more blocks than the cluster's too (tried where none of those
+    fits); ``tried``: chunking -> ``(plan, seconds)`` of those planned before (``inf``
+    seconds: it did not fit), not planned again.
     """
     t0 = time.perf_counter()
     traffic_note = ""
@@ -335,12 +338,12 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
         if finer or all(cl.candidates(ci, sites, True) == c for ci, c in enumerate(cands)):
             return None
         try:
-            return choose(cl, sites, evaluate, final, estimate, settled, finer=True)
+            return choose(cl, sites, evaluate, final, estimate, settled, finer=True, tried=tried)
         except NoPlanFits:
             return None
 
     free = [ci for ci, c in enumerate(cands) if len(c) > 1]
-    tried: dict = {}
+    tried = {} if tried is None else tried
     refusals: list = []  # what the plans that did not fit said (bytes needed against the limit)
 
     def cost(blocks):
@@ -380,25 +383,29 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
                 _descend(cands, free, start, [s0], guess)
         ranked = sorted((v, k) for k, v in estimated.items())
         footprint = getattr(estimate, "footprint", None)
+        peak = getattr(estimate, "peak", None)
         planned = attempts = 0
-        unfit = math.inf  # the smallest footprint of a chunking that did not fit
+        unfit = math.inf  # the smallest estimated peak of a chunking that did not fit
         alike: set = set()  # the estimates of the chunkings planned that fit
         for v, k in ranked:  # (an infinite estimate: a block product that fits no site's memory)
             if v == math.inf or planned >= PLANNED or (planned and v > ranked[0][0] * PLANNED_MARGIN):
                 break
             if attempts >= PLANNED + UNFIT:
                 break
-            if footprint is not None and not planned and footprint(k) >= unfit:
-                continue  # products at least as large as one that did not fit: the next smaller
+            if peak is not None and peak(k) >= unfit:
+                continue  # a site holds at least as much as in one that did not fit: the next smaller
             twin = (v, _cut_counts(cl, k))
             if twin in alike:  # priced exactly as one planned that cuts as many classes of each extent
                 planned += 1  # as many ways (a symmetric expression's mirror image, or block sizes that
                 continue  # cut alike): that one's plan stands for it
-            attempts += 1
-            if k in tried and tried[k][1] < math.inf:
-                planned += 1
-                alike.add(twin)
+            if k in tried:  # planned before (by a coarser pass, or as a start)
+                if tried[k][1] < math.inf:
+                    planned += 1
+                    alike.add(twin)
+                elif peak is not None:
+                    unfit = min(unfit, peak(k))
                 continue
+            attempts += 1
             try:
                 tried[k] = evaluate(list(k))
                 planned += 1
@@ -406,8 +413,8 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
             except NoPlanFits as e:
                 tried[k] = (None, math.inf)
                 refusals.append(str(e))
-                if footprint is not None:
-                    unfit = min(unfit, footprint(k))
+                if peak is not None:
+                    unfit = min(unfit, peak(k))
         if not tried or all(v[1] == math.inf for v in tried.values()):
             got = again_finer()
             if got is not None:

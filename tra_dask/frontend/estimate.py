@@ -79,6 +79,7 @@ class Estimator:
                  if isinstance(n, Leaf) and n.kind == "numpy" and isinstance(n.data, np.ndarray)}
         self.naming = sum(named.values()) / spec.hash_bandwidth
         self.footprints: dict = {}
+        self.peaks: dict = {}  # blocks -> the estimated peak bytes per site (:meth:`peak`)
         self._piece_counts: dict = {}  # (gather node, block in, block out) -> its pieces
         self._contracts: dict = {}  # a contraction step's (seconds, tasks, footprint) by what it reads
 
@@ -93,11 +94,12 @@ class Estimator:
     def __call__(self, blocks) -> float:
         cl = self.cl
         seconds, tasks = 0.0, 0
-        self._footprint = 0.0
+        self._footprint = self._peak = 0.0
         for n in cl.nodes:
             nb = [self._nblocks(n, a, blocks) for a in range(n.ndim)]
             if not isinstance(n, Einsum) and not self._fits(n, blocks):
                 self.footprints[tuple(blocks)] = self._footprint
+                self.peaks[tuple(blocks)] = math.inf
                 return math.inf
             if isinstance(n, Leaf):
                 tasks += math.prod(nb)
@@ -115,10 +117,12 @@ class Estimator:
                     s, t = s + s2, t + t2
             if s == math.inf:
                 self.footprints[tuple(blocks)] = self._footprint  # (what the refusal says)
+                self.peaks[tuple(blocks)] = math.inf
                 return math.inf
             seconds += s
             tasks += t
         self.footprints[tuple(blocks)] = self._footprint
+        self.peaks[tuple(blocks)] = self._peak
         results = [(math.prod(r.shape) * np.dtype(r.dtype).itemsize,
                     math.prod(self._nblocks(r, a, blocks) for a in range(r.ndim))) for r in self.roots]
         seconds += gather_seconds(results, self.spec) + self.naming
@@ -132,6 +136,18 @@ class Estimator:
         if tuple(blocks) not in self.footprints:
             self(blocks)
         return self.footprints[tuple(blocks)]
+
+    def peak(self, blocks) -> float:
+        """The most bytes a site holds at once under ``blocks``, as the cost model
+        counts a node's peak (its own and its inputs' chunks on a site, and twice its
+        largest chunk in flight): for each step, its operands' and result's shares on
+        the sites the step runs on (a contraction's on the grid the estimate found:
+        an operand replicated over the grid's indices it lacks), plus twice the step's
+        largest block; ``inf`` where a block step does not fit at all.  The chooser
+        passes over a chunking whose peak is no smaller than one that did not fit."""
+        if tuple(blocks) not in self.peaks:
+            self(blocks)
+        return self.peaks[tuple(blocks)]
 
     def least_held(self, orders: dict) -> tuple | None:
         """``(bytes, step)``: the most any plan of the expression holds at once while one
@@ -190,9 +206,17 @@ class Estimator:
     def _fits(self, node, blocks) -> bool:
         """Whether one step of a node other than a contraction — its input blocks and
         its output block — fits a site's memory (the footprint updated)."""
-        work = self._block_bytes(node, blocks) + sum(self._block_bytes(x, blocks) for x in node.inputs)
+        steps = (node, *node.inputs)
+        work = sum(self._block_bytes(x, blocks) for x in steps)
         self._footprint = max(self._footprint, work)
+        self._peak = max(self._peak, sum(self._share(x, blocks) for x in steps)
+                         + 2 * max(self._block_bytes(x, blocks) for x in steps))
         return work <= self.memory
+
+    def _share(self, node, blocks) -> float:
+        """Bytes of ``node``'s blocks on the busiest site, its blocks dealt round the sites."""
+        nb = math.prod(self._nblocks(node, a, blocks) for a in range(node.ndim))
+        return -(-nb // min(self.sites, nb)) * self._block_bytes(node, blocks)
 
     def _nblocks(self, node, axis, blocks) -> int:
         n = node.shape[axis]
@@ -330,11 +354,13 @@ class Estimator:
                str(dtype))
         hit = self._contracts.get(key)
         if hit is None:
-            before, self._footprint = self._footprint, 0.0
+            before, self._footprint = (self._footprint, self._peak), 0.0
+            self._peak = 0.0
             s, t = self._contract_once(group, out, involved, sizes, letters, itemsize, complex_, dtype)
-            hit = self._contracts[key] = (s, t, self._footprint)
-            self._footprint = before
+            hit = self._contracts[key] = (s, t, self._footprint, self._peak)
+            self._footprint, self._peak = before
         self._footprint = max(self._footprint, hit[2])
+        self._peak = max(self._peak, hit[3])
         return hit[0], hit[1]
 
     def _contract_once(self, group, out, involved, sizes, letters, itemsize, complex_, dtype) -> tuple[float, int]:
@@ -404,6 +430,11 @@ class Estimator:
             if trial is None or trial[0] >= best:
                 break
             best, p, grid = trial
+        # a site's share of each operand and of the result on that grid, and two blocks in flight
+        held = sum(size / math.prod(p[i] for i in g) for g, size, _ in inputs) \
+            + out_size / math.prod(p[i] for i in outs)
+        largest = max([math.prod(chunk[i] for i in g) for g in ins] + [math.prod(chunk[i] for i in outs)])
+        self._peak = (held + 2 * largest) * itemsize
         tasks = calls + (out_blocks if calls > out_blocks else 0)
         return best, tasks
 
