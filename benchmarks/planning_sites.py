@@ -34,6 +34,7 @@ CASES.pop("square 16384³ (paper)")  # (the same expression as matmul 16384³)
 
 CHILD = r"""
 import json, resource, sys, time
+import dask.config  # (a one-time import every Dask user has made: not planning)
 import tra_dask as td
 from tra_dask.programs import ffnn_sgd_step_array
 

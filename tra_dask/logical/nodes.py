@@ -375,12 +375,18 @@ def join_type(node, strict_ranges: bool = True) -> RelationType:
                 f"joined dims must range over the same key values (chunk both tensors "
                 f"alike along the joined dim)"
             )
-    lc, rc = key_codes(L.keys, lo, R.keys, ro)
     rest = [d for d in range(R.arity) if d not in ro]
     arity = L.arity + len(rest)
-    if L.ntuples * R.ntuples > max_tuples(arity):  # may be too many: count the pairs first
-        check_size(where, pair_count(lc, rc), arity)
-    li, ri = join_codes(lc, rc)
+    if (len(lo) == L.arity and not rest and L.ntuples == R.ntuples
+            and np.array_equal(L.keys[:, list(lo)], R.keys[:, list(ro)])):
+        # every key dim of both joined and the keys alike, row by row (keys are distinct):
+        # each left tuple pairs with the right tuple in its row, and with no other
+        li = ri = np.arange(L.ntuples, dtype=np.int64)
+    else:
+        lc, rc = key_codes(L.keys, lo, R.keys, ro)
+        if L.ntuples * R.ntuples > max_tuples(arity):  # may be too many: count the pairs first
+            check_size(where, pair_count(lc, rc), arity)
+        li, ri = join_codes(lc, rc)
     # li ascends, and for one li the ri ascend: the keys come out sorted (and distinct)
     nl, n = L.ntuples, len(li)
     same_keys = not rest and n == nl and (n < 2 or bool(np.all(li[1:] > li[:-1])))  # li is 0..nl-1
