@@ -158,8 +158,8 @@ def test_finer_grids_than_the_clusters_are_tried_before_no_plan_fits():
 def test_a_chunking_that_holds_less_is_planned_after_one_that_did_not_fit():
     """(2400x400) @ (400x400) on 2 sites of 11,648,000 bytes: 4 row blocks peak at
     12.8 MB a site (half of each matrix, the whole of the broadcast one, two 1.9 MB
-    blocks in flight), 8 row blocks at 11.52 MB.  The chooser passes over only the
-    chunkings whose estimated peak is no smaller than one that did not fit (it passed
+    blocks in flight), 8 row blocks at 11.52 MB.  Until one fits, the chooser passes
+    over only the chunkings whose estimated peak is no smaller than one that did not fit (it passed
     over those whose largest block step was no smaller: 8 row blocks' tied 4 row
     blocks cut twice along k, and NoPlanFits was raised); the estimate's peak is the
     plan's here."""

@@ -392,7 +392,7 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
                 break
             if attempts >= PLANNED + UNFIT:
                 break
-            if peak is not None and peak(k) >= unfit:
+            if peak is not None and not planned and peak(k) >= unfit:
                 continue  # a site holds at least as much as in one that did not fit: the next smaller
             twin = (v, _cut_counts(cl, k))
             if twin in alike:  # priced exactly as one planned that cuts as many classes of each extent

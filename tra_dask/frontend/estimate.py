@@ -143,8 +143,10 @@ class Estimator:
         largest chunk in flight): for each step, its operands' and result's shares on
         the sites the step runs on (a contraction's on the grid the estimate found:
         an operand replicated over the grid's indices it lacks), plus twice the step's
-        largest block; ``inf`` where a block step does not fit at all.  The chooser
-        passes over a chunking whose peak is no smaller than one that did not fit."""
+        largest block; ``inf`` where a block step does not fit at all.  Until a
+        chunking fits, the chooser passes over one whose peak is no smaller than one
+        that did not fit (a guide, not a bound: a plan may hold more, the partial sums
+        of a cut contracted index among them)."""
         if tuple(blocks) not in self.peaks:
             self(blocks)
         return self.peaks[tuple(blocks)]
