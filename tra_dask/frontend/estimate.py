@@ -154,25 +154,30 @@ class Estimator:
     def least_held(self, orders: dict) -> tuple | None:
         """``(bytes, step)``: the most any plan of the expression holds at once while one
         join runs, whatever the chunking — an elementwise join's or a contraction
-        step's distinct operands and result, each held whole somewhere (the cost
-        model's peak of a node: its own and its inputs' tuples on a site) — for the
-        contraction order of the ``orders`` (einsum node -> candidate paths; others
-        as estimated) that holds least; None where no join reads its inputs whole (a
-        slice, gather or take above it may need only part of them).  At more than
-        ``memory`` times the sites, no chunking has a plan that fits."""
+        step's distinct operands, each held whole somewhere (the cost model's peak of
+        a node: its own and its inputs' tuples on a site), and its result where that is
+        an output or another step's operand — for the contraction order of the
+        ``orders`` (einsum node -> candidate paths; others as estimated) that holds
+        least; None where no join reads its inputs whole (a slice, gather or take above
+        it may need only part of them).  A map above a join may run inside its kernel
+        (``(a * b).sum(0)``: each pair's chunk summed as it is made), so a result that
+        is not an output counts nothing; a map below may run inside it too, so an
+        operand counts as the least of it and the maps it is made by (:func:`_made_by_maps`).
+        At more than ``memory`` times the sites, no chunking has a plan that fits."""
         partial: set = set()  # nodes whose readers may read part of them
         for n in reversed(self.cl.nodes):
             if isinstance(n, (Slice, Gather, Take)) or id(n) in partial:
                 partial.update(id(i) for i in n.inputs)
+        roots = {id(r) for r in self.roots}
         worst = None
         for n in self.cl.nodes:
             if id(n) in partial:
                 continue
             if isinstance(n, (Elementwise, Where)):
-                got = (_bytes(n) + sum(_bytes(i) for i in {id(i): i for i in n.inputs}.values()),
+                got = ((_bytes(n) if id(n) in roots else 0) + _distinct([_made_by_maps(i) for i in n.inputs]),
                        f"the elementwise {type(n).__name__.lower()} of shape {n.shape}")
             elif isinstance(n, Einsum) and len(n.subs) > 1:
-                got = min(self._held_by_path(n, path)
+                got = min(self._held_by_path(n, path, id(n) in roots)
                           for path in orders.get(n) or [self.paths.get(n) or self._default_path(n)])
             else:
                 continue
@@ -180,11 +185,11 @@ class Estimator:
                 worst = got
         return worst
 
-    def _held_by_path(self, n: Einsum, path) -> tuple:
+    def _held_by_path(self, n: Einsum, path, output: bool) -> tuple:
         """``(bytes, step)``: the step of ``path`` whose distinct operands and result
-        are the most bytes."""
+        are the most bytes (the last step's result only where ``n`` is an ``output``)."""
         sizes, itemsize = dict(n.sizes), np.dtype(n.dtype).itemsize
-        terms = [(sub, _bytes(x), id(x)) for sub, x in zip(n.subs, n.inputs)]
+        terms = [(sub, *reversed(_made_by_maps(x))) for sub, x in zip(n.subs, n.inputs)]
         worst = (0, "")
         for k, step in enumerate(path):
             group = [terms[i] for i in step]
@@ -193,7 +198,7 @@ class Estimator:
             out = "".join(c for c in sorted(set().union(*(t[0] for t in group))) if c in needed)
             made = math.prod(sizes[c] for c in out) * itemsize
             if len(group) == 2:  # (a step of three runs pairwise: no two-operand bound for it)
-                held = made + sum({ident: b for _, b, ident in group}.values())
+                held = (made if rest or output else 0) + _distinct([(ident, b) for _, b, ident in group])
                 if held > worst[0]:
                     worst = (held, f"the contraction {','.join(t[0] for t in group)}->{out} of "
                                    f"{','.join(n.subs)}->{n.out}")
@@ -443,3 +448,23 @@ class Estimator:
 
 def _bytes(node) -> int:
     return math.prod(node.shape) * np.dtype(node.dtype).itemsize
+
+
+def _distinct(held: list) -> int:
+    """The bytes of ``(id, bytes)`` pairs, each id once (at its least)."""
+    least: dict = {}
+    for ident, b in held:
+        least[ident] = min(least.get(ident, b), b)
+    return sum(least.values())
+
+
+def _made_by_maps(node) -> tuple:
+    """``(id, bytes)`` of the least of ``node`` and the single-input maps of its
+    shape it is made by (a join may apply them to their input inside its kernel,
+    holding that instead: ``exp(x.astype(float64)) * y`` holds ``x``)."""
+    least = node
+    while isinstance(node, (Unary, ScalarOp)) and node.inputs[0].shape == node.shape:
+        node = node.inputs[0]
+        if _bytes(node) < _bytes(least):
+            least = node
+    return id(node), _bytes(least)

@@ -235,7 +235,8 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
     held = estimate.least_held(orders)
     if held is not None and held[0] > estimate.memory * sites:  # no chunking can fit: say so before planning
         raise NoPlanFits(
-            f"no chunking fits in memory: {held[1]} holds its operands and its result, {held[0]:,.0f} bytes, "
+            f"no chunking fits in memory: {held[1]} holds its operands (and its result, where that is an "
+            f"output or another step's operand), {held[0]:,.0f} bytes, "
             f"at least {held[0] / sites:,.0f} bytes per site on {sites} site(s) against the limit of "
             f"{estimate.memory:,.0f} bytes; use more workers or a larger limit")
     settled = all(len(c) < 2 for c in orders.values())
