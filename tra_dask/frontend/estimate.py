@@ -34,8 +34,9 @@ node:
   dask input cut otherwise is re-chunked (``rechunk(arr, blocks)`` seconds, the
   chooser's).
 
-A join whose operands and result, whole, are more than all the sites hold fits in no
-chunking (:meth:`Estimator.least_held`): the chooser refuses at once, naming it.
+A join whose operands, whole, are more than all the sites hold (with its result, where
+that is an output or another step's operand) fits in no chunking
+(:meth:`Estimator.least_held`): the chooser refuses at once, naming it.
 
 Nodes follow one another (no overlap): an estimate, not a bound — the chooser plans
 several candidates for that reason.
