@@ -173,6 +173,22 @@ def test_finer_grids_than_the_clusters_are_tried_before_no_plan_fits():
     np.testing.assert_array_equal(td.to_numpy(rel), a.argmax(1))
 
 
+def test_finer_grids_are_ranked_by_what_they_hold_first():
+    """(100x400) @ (400x400) on one site of 2,262,400 bytes: no grid of up to 4 blocks a
+    class fits (B's 400x100 blocks, two in flight, are 2.56 MB with the rest), but 8 column
+    blocks do (2.24 MB); among the finer grids (800 of them: a descent) those whose
+    estimated peak is over the memory weigh most, so the descent goes to one that fits
+    (it went by the estimate's seconds alone, to grids as coarse as those that did not fit,
+    and planned none: NoPlanFits)."""
+    import numpy as np
+
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((100, 400)), rng.standard_normal((400, 400))
+    rel, plan = (td.from_array(a) @ td.from_array(b)).to_relation(sites=1, memory_limit=2_262_400)
+    assert plan.cost.peak_bytes_per_site.max() <= 2_262_400
+    np.testing.assert_allclose(td.to_numpy(rel), a @ b, rtol=1e-10)
+
+
 def test_a_chunking_that_holds_less_is_planned_after_one_that_did_not_fit():
     """(2400x400) @ (400x400) on 2 sites of 11,648,000 bytes: 4 row blocks peak at
     12.8 MB a site (half of each matrix, the whole of the broadcast one, two 1.9 MB

@@ -245,6 +245,7 @@ PLANNED = 3  # chunkings ranked by the analytic estimate: the best this many are
 PLANNED_MARGIN = 1.25  # ... (after the first) if estimated within 25% of the best
 EXHAUSTIVE = 512  # every combination of candidates is estimated up to this many
 UNFIT = 8  # planned chunkings that fit no memory, beyond PLANNED, before the chooser gives up
+PEAK_WEIGHT = 100.0  # grids finer than the cluster's: an estimate times 1 + this x the peak's excess over memory
 
 
 def _uniform(cl, cands, free, start, counts) -> list:
@@ -366,10 +367,17 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
     if search and estimate is not None:
         estimated: dict = {}
 
+        over = finer and hasattr(estimate, "peak") and getattr(estimate, "memory", None)
+
         def guess(blocks):
             key = tuple(blocks)
             if key not in estimated:
-                estimated[key] = estimate(list(blocks))
+                v = estimate(list(blocks))
+                if over:  # grids finer than the cluster's, tried because none of those fits: the estimated
+                    # peak over the memory per site weighs most (the descent goes to what fits; only
+                    # what is estimated to fit is planned)
+                    v *= 1 + PEAK_WEIGHT * max(0.0, estimate.peak(list(blocks)) / estimate.memory - 1)
+                estimated[key] = v
             return estimated[key]
 
         if math.prod(len(cands[ci]) for ci in free) <= EXHAUSTIVE:
@@ -379,7 +387,8 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
                     b[ci] = v
                 guess(b)
         else:  # descent from every class at each count of blocks
-            for s0 in _uniform(cl, cands, free, start, {2 ** e for e in range((4 * sites).bit_length())} | {sites}):
+            top = max(cl.extent) if finer else 4 * sites
+            for s0 in _uniform(cl, cands, free, start, {2 ** e for e in range(top.bit_length())} | {sites}):
                 _descend(cands, free, start, [s0], guess)
         ranked = sorted((v, k) for k, v in estimated.items())
         footprint = getattr(estimate, "footprint", None)
@@ -394,6 +403,8 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
                 break
             if peak is not None and not planned and peak(k) >= unfit:
                 continue  # a site holds at least as much as in one that did not fit: the next smaller
+            if over and peak(k) > estimate.memory:
+                continue  # a finer grid is planned only where it is estimated to fit
             twin = (v, _cut_counts(cl, k))
             if twin in alike:  # priced exactly as one planned that cuts as many classes of each extent
                 planned += 1  # as many ways (a symmetric expression's mirror image, or block sizes that

@@ -143,8 +143,8 @@ class Estimator:
         counts a node's peak (its own and its inputs' chunks on a site, and twice its
         largest chunk in flight): for each step, its operands' and result's shares on
         the sites the step runs on (a contraction's on the grid the estimate found:
-        an operand replicated over the grid's indices it lacks), plus twice the step's
-        largest block; ``inf`` where a block step does not fit at all.  Until a
+        an operand replicated over the grid's indices it lacks, and the block products
+        a site makes, held until they are summed), plus twice the step's largest block; ``inf`` where a block step does not fit at all.  Until a
         chunking fits, the chooser passes over one whose peak is no smaller than one
         that did not fit (a guide, not a bound: a plan may hold more, the partial sums
         of a cut contracted index among them)."""
@@ -438,9 +438,11 @@ class Estimator:
             if trial is None or trial[0] >= best:
                 break
             best, p, grid = trial
-        # a site's share of each operand and of the result on that grid, and two blocks in flight
+        # a site's share of each operand on that grid, the block products it makes (held until
+        # summed), and two blocks in flight
+        calls_here = math.prod(-(-n // q) for n, q in zip(b, p))
         held = sum(size / math.prod(p[i] for i in g) for g, size, _ in inputs) \
-            + out_size / math.prod(p[i] for i in outs)
+            + calls_here * math.prod(chunk[i] for i in outs)
         largest = max([math.prod(chunk[i] for i in g) for g in ins] + [math.prod(chunk[i] for i in outs)])
         self._peak = (held + 2 * largest) * itemsize
         tasks = calls + (out_blocks if calls > out_blocks else 0)
