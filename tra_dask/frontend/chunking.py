@@ -246,6 +246,7 @@ PLANNED_MARGIN = 1.25  # ... (after the first) if estimated within 25% of the be
 EXHAUSTIVE = 512  # every combination of candidates is estimated up to this many
 UNFIT = 8  # planned chunkings that fit no memory, beyond PLANNED, before the chooser gives up
 PEAK_WEIGHT = 100.0  # grids finer than the cluster's: an estimate times 1 + this x the peak's excess over memory
+FINER_TASKS = 16_384  # ... and none planned of more tasks (10⁶ block products take 12 s to plan)
 
 
 def _uniform(cl, cands, free, start, counts) -> list:
@@ -403,8 +404,8 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
                 break
             if peak is not None and not planned and peak(k) >= unfit:
                 continue  # a site holds at least as much as in one that did not fit: the next smaller
-            if over and peak(k) > estimate.memory:
-                continue  # a finer grid is planned only where it is estimated to fit
+            if over and (peak(k) > estimate.memory or estimate.tasks(k) > FINER_TASKS):
+                continue  # a finer grid is planned only where it is estimated to fit, in few enough tasks
             twin = (v, _cut_counts(cl, k))
             if twin in alike:  # priced exactly as one planned that cuts as many classes of each extent
                 planned += 1  # as many ways (a symmetric expression's mirror image, or block sizes that

@@ -52,7 +52,7 @@ from ..optimizer.time import call_rate, gather_seconds, op_cost
 from .chunk_ops import einsum_kernel
 from .einsum import contraction_paths
 from ..logical import piece_table
-from .nodes import Einsum, Elementwise, Gather, Leaf, Reshape, ScalarOp, Slice, Take, Unary, Where
+from .nodes import Einsum, Elementwise, Gather, Leaf, Reduce, Reshape, ScalarOp, Slice, Take, Unary, Where
 from .recut import aligned
 
 __all__ = ["Estimator"]
@@ -81,6 +81,18 @@ class Estimator:
         self.naming = sum(named.values()) / spec.hash_bandwidth
         self.footprints: dict = {}
         self.peaks: dict = {}  # blocks -> the estimated peak bytes per site (:meth:`peak`)
+        self.task_counts: dict = {}  # blocks -> the estimated tasks (:meth:`tasks`)
+        # nodes whose chunks need not be made: maps that may run inside their reader's kernel
+        # (an elementwise result read only by maps and per-chunk reductions, as (a * b + 1).sum(0))
+        readers: dict = {}
+        for n in classes.nodes:
+            for i in n.inputs:
+                readers.setdefault(id(i), []).append(n)
+        roots = {id(r) for r in self.roots}
+        self._inside = {id(n) for n in classes.nodes
+                        if isinstance(n, (Elementwise, Where, Unary, ScalarOp)) and id(n) not in roots
+                        and readers.get(id(n)) and all(isinstance(r, (Unary, ScalarOp, Reduce)) and len(r.inputs) == 1
+                                                       for r in readers[id(n)])}
         self._piece_counts: dict = {}  # (gather node, block in, block out) -> its pieces
         self._contracts: dict = {}  # a contraction step's (seconds, tasks, footprint) by what it reads
 
@@ -124,6 +136,7 @@ class Estimator:
             tasks += t
         self.footprints[tuple(blocks)] = self._footprint
         self.peaks[tuple(blocks)] = self._peak
+        self.task_counts[tuple(blocks)] = tasks
         results = [(math.prod(r.shape) * np.dtype(r.dtype).itemsize,
                     math.prod(self._nblocks(r, a, blocks) for a in range(r.ndim))) for r in self.roots]
         seconds += gather_seconds(results, self.spec) + self.naming
@@ -144,13 +157,23 @@ class Estimator:
         largest chunk in flight): for each step, its operands' and result's shares on
         the sites the step runs on (a contraction's on the grid the estimate found:
         an operand replicated over the grid's indices it lacks, and the block products
-        a site makes, held until they are summed), plus twice the step's largest block; ``inf`` where a block step does not fit at all.  Until a
+        a site makes, held until they are summed), plus twice the step's largest
+        block; a map that may run inside its reader's kernel counts nothing
+        (``(a * b + 1).sum(0)`` never makes ``a * b``); ``inf`` where a block step does
+        not fit at all.  A guide, not a bound (a plan may hold more or less): until a
         chunking fits, the chooser passes over one whose peak is no smaller than one
-        that did not fit (a guide, not a bound: a plan may hold more, the partial sums
-        of a cut contracted index among them)."""
+        that did not fit, and plans a grid finer than the cluster's only where it is
+        no more than the memory."""
         if tuple(blocks) not in self.peaks:
             self(blocks)
         return self.peaks[tuple(blocks)]
+
+    def tasks(self, blocks) -> int:
+        """The tasks of the idealised plan the estimate of ``blocks`` prices (0 where
+        it is ``inf``)."""
+        if tuple(blocks) not in self.task_counts:
+            self(blocks)
+        return self.task_counts.get(tuple(blocks), 0)
 
     def least_held(self, orders: dict) -> tuple | None:
         """``(bytes, step)``: the most any plan of the expression holds at once while one
@@ -217,8 +240,9 @@ class Estimator:
         steps = (node, *node.inputs)
         work = sum(self._block_bytes(x, blocks) for x in steps)
         self._footprint = max(self._footprint, work)
-        self._peak = max(self._peak, sum(self._share(x, blocks) for x in steps)
-                         + 2 * max(self._block_bytes(x, blocks) for x in steps))
+        made = [x for x in steps if id(x) not in self._inside]  # (a map run inside its reader makes nothing)
+        self._peak = max(self._peak, sum(self._share(x, blocks) for x in made)
+                         + 2 * max([self._block_bytes(x, blocks) for x in made], default=0))
         return work <= self.memory
 
     def _share(self, node, blocks) -> float:
