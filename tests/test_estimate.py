@@ -109,6 +109,21 @@ def test_a_join_whose_result_is_reduced_inside_it_is_not_refused_for_that_result
     np.testing.assert_allclose(td.to_numpy(rel), (2 * a * a + 1).sum(axis=0))
 
 
+def test_an_operands_indices_summed_before_its_join_are_not_held_by_the_join():
+    """einsum('ij,jk->') of 64x400 and 400x240 on 4 sites of 225 kB: its operands are
+    973 kB whole (243 kB a site), but i and k are summed out of each before they meet
+    (frontend.build), so the join holds two 400-vectors; the chunk choice plans (it was
+    refused before planning)."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((64, 400)), rng.standard_normal((400, 240))
+    rel, plan = td.einsum("ij,jk->", td.from_array(a), td.from_array(b)).to_relation(sites=4,
+                                                                                       memory_limit=224_624)
+    assert plan.cost.peak_bytes_per_site.max() <= 224_624
+    np.testing.assert_allclose(td.to_numpy(rel), np.einsum("ij,jk->", a, b))
+
+
 def test_chunkings_too_large_to_plan_are_refused_saying_so(plans):
     """2000³ on 2 sites of 20 MB: the operands and result (96 MB) fit the sites' 40 MB in
     no chunking, so nothing is planned, and the refusal names the step and the bytes."""

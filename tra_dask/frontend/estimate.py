@@ -213,7 +213,8 @@ class Estimator:
         """``(bytes, step)``: the step of ``path`` whose distinct operands and result
         are the most bytes (the last step's result only where ``n`` is an ``output``)."""
         sizes, itemsize = dict(n.sizes), np.dtype(n.dtype).itemsize
-        terms = [(sub, *reversed(_made_by_maps(x))) for sub, x in zip(n.subs, n.inputs)]
+        terms = [(sub, *reversed(_made_by_maps(x)), min(np.dtype(x.dtype).itemsize, itemsize))
+                 for sub, x in zip(n.subs, n.inputs)]
         worst = (0, "")
         for k, step in enumerate(path):
             group = [terms[i] for i in step]
@@ -222,11 +223,20 @@ class Estimator:
             out = "".join(c for c in sorted(set().union(*(t[0] for t in group))) if c in needed)
             made = math.prod(sizes[c] for c in out) * itemsize
             if len(group) == 2:  # (a step of three runs pairwise: no two-operand bound for it)
-                held = (made if rest or output else 0) + _distinct([(ident, b) for _, b, ident in group])
+                # an operand's indices no other term and not the result has are summed out
+                # before the join (frontend.build: 'ij,jk->' joins the sums over i and over k)
+                ins = []
+                for j, (sub, b, ident, size) in enumerate(group):
+                    keep = set(sub) & (needed | set(group[1 - j][0]))
+                    if keep != set(sub):
+                        b = min(b, math.prod(sizes[c] for c in keep) * size)
+                        ident = (ident, tuple(sorted(keep)))
+                    ins.append((ident, b))
+                held = (made if rest or output else 0) + _distinct(ins)
                 if held > worst[0]:
                     worst = (held, f"the contraction {','.join(t[0] for t in group)}->{out} of "
                                    f"{','.join(n.subs)}->{n.out}")
-            terms = rest + [(out, made, ("step", k))]
+            terms = rest + [(out, made, ("step", k), itemsize)]
         return worst
 
     def _block_bytes(self, node, blocks) -> float:
