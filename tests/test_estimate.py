@@ -122,6 +122,13 @@ def test_an_operands_indices_summed_before_its_join_are_not_held_by_the_join():
                                                                                        memory_limit=224_624)
     assert plan.cost.peak_bytes_per_site.max() <= 224_624
     np.testing.assert_allclose(td.to_numpy(rel), np.einsum("ij,jk->", a, b))
+    # 240x400 and 400x64 on 3 sites of 325 kB: the estimate sums i and k out of each operand
+    # first too (its peak: an operand's share while it is summed), so it ranks what fits (it
+    # priced the join of the whole operands, 0.6-1 MB a site, and its 11 plans all failed)
+    a, b = rng.standard_normal((240, 400)), rng.standard_normal((400, 64))
+    rel, plan = td.einsum("ij,jk->", td.from_array(a), td.from_array(b)).to_relation(sites=3, memory_limit=324_816)
+    assert plan.cost.peak_bytes_per_site.max() <= 324_816
+    np.testing.assert_allclose(td.to_numpy(rel), np.einsum("ij,jk->", a, b))
 
 
 def test_chunkings_too_large_to_plan_are_refused_saying_so(plans):

@@ -357,6 +357,20 @@ class Estimator:
         seconds, tasks = 0.0, 0
         itemsize = np.dtype(n.dtype).itemsize
         complex_ = np.dtype(n.dtype).kind == "c"
+        for i, sub in enumerate(terms if len(terms) > 1 else ()):
+            # letters no other operand nor the result has are summed out of an operand first (frontend.build)
+            others = set(n.out).union(*(set(t) for j, t in enumerate(n.subs) if j != i))
+            uniq = "".join(dict.fromkeys(sub))
+            kept = "".join(c for c in uniq if c in others)
+            if kept != uniq:
+                s, t = self._reduce_step(uniq, kept, sizes, letters, n.dtype)
+                seconds += s
+                tasks += t
+                x = n.inputs[i]
+                self._peak = max(self._peak, self._share(x, blocks) * (1 + math.prod(sizes[c] for c in kept)
+                                                                       / math.prod(sizes[c] for c in uniq))
+                                 + 2 * self._block_bytes(x, blocks))
+                terms[i] = kept
         for step in path:
             group = [terms[i] for i in step]
             rest = [t for i, t in enumerate(terms) if i not in step]
