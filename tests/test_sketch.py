@@ -79,7 +79,8 @@ def test_sketched_plans_simulate_to_the_reference():
         if sk is not None:
             seen["sketched"] += 1
             seen["reduced"] += sk["tuples"] < sk["full_tuples"]
-            assert [s.name for s in plan.stages] == ["compile", "search", "replay", "check"]
+            names = [s.name for s in plan.stages]  # (then "traffic" where the time band chose another plan)
+            assert names[:4] == ["compile", "search", "replay", "check"] and set(names[4:]) <= {"traffic"}, names
 
     prop()
     # the same 600 programs every run (derandomized: a count over random draws failed
