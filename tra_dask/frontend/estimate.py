@@ -79,9 +79,7 @@ class Estimator:
         named = {id(n.data): n.data.nbytes for n in classes.nodes
                  if isinstance(n, Leaf) and n.kind == "numpy" and isinstance(n.data, np.ndarray)}
         self.naming = sum(named.values()) / spec.hash_bandwidth
-        self.footprints: dict = {}
-        self.peaks: dict = {}  # blocks -> the estimated peak bytes per site (:meth:`peak`)
-        self.task_counts: dict = {}  # blocks -> the estimated tasks (:meth:`tasks`)
+        self._derived: dict = {}  # blocks -> (footprint, peak, tasks) of their estimate
         # nodes whose chunks need not be made: maps that may run inside their reader's kernel
         # (an elementwise result read only by maps and per-chunk reductions, as (a * b + 1).sum(0))
         readers: dict = {}
@@ -94,7 +92,7 @@ class Estimator:
                         and readers.get(id(n)) and all(isinstance(r, (Unary, ScalarOp, Reduce)) and len(r.inputs) == 1
                                                        for r in readers[id(n)])}
         self._piece_counts: dict = {}  # (gather node, block in, block out) -> its pieces
-        self._contracts: dict = {}  # a contraction step's (seconds, tasks, footprint) by what it reads
+        self._contracts: dict = {}  # a contraction step's (seconds, tasks, footprint, peak) by what it reads
 
     # -- rates -------------------------------------------------------------------------
     def _elementwise_rate(self, dtype) -> float:
@@ -111,8 +109,7 @@ class Estimator:
         for n in cl.nodes:
             nb = [self._nblocks(n, a, blocks) for a in range(n.ndim)]
             if not isinstance(n, Einsum) and not self._fits(n, blocks):
-                self.footprints[tuple(blocks)] = self._footprint
-                self.peaks[tuple(blocks)] = math.inf
+                self._derived[tuple(blocks)] = (self._footprint, math.inf, 0)
                 return math.inf
             if isinstance(n, Leaf):
                 tasks += math.prod(nb)
@@ -129,14 +126,11 @@ class Estimator:
                     s2, t2 = self._recut(n, blocks)
                     s, t = s + s2, t + t2
             if s == math.inf:
-                self.footprints[tuple(blocks)] = self._footprint  # (what the refusal says)
-                self.peaks[tuple(blocks)] = math.inf
+                self._derived[tuple(blocks)] = (self._footprint, math.inf, 0)  # (the footprint: what the refusal says)
                 return math.inf
             seconds += s
             tasks += t
-        self.footprints[tuple(blocks)] = self._footprint
-        self.peaks[tuple(blocks)] = self._peak
-        self.task_counts[tuple(blocks)] = tasks
+        self._derived[tuple(blocks)] = (self._footprint, self._peak, tasks)
         results = [(math.prod(r.shape) * np.dtype(r.dtype).itemsize,
                     math.prod(self._nblocks(r, a, blocks) for a in range(r.ndim))) for r in self.roots]
         seconds += gather_seconds(results, self.spec) + self.naming
@@ -147,9 +141,7 @@ class Estimator:
         ``blocks``): a block product's operands and result, or the input and output
         blocks of any other step (a chunk made, a map, a reduction): the smaller, the
         less a plan holds at once."""
-        if tuple(blocks) not in self.footprints:
-            self(blocks)
-        return self.footprints[tuple(blocks)]
+        return self._derive(blocks)[0]
 
     def peak(self, blocks) -> float:
         """The most bytes a site holds at once under ``blocks``, as the cost model
@@ -164,16 +156,17 @@ class Estimator:
         chunking fits, the chooser passes over one whose peak is no smaller than one
         that did not fit, and plans a grid finer than the cluster's only where it is
         no more than the memory."""
-        if tuple(blocks) not in self.peaks:
-            self(blocks)
-        return self.peaks[tuple(blocks)]
+        return self._derive(blocks)[1]
 
     def tasks(self, blocks) -> int:
         """The tasks of the idealised plan the estimate of ``blocks`` prices (0 where
         it is ``inf``)."""
-        if tuple(blocks) not in self.task_counts:
+        return self._derive(blocks)[2]
+
+    def _derive(self, blocks) -> tuple:
+        if tuple(blocks) not in self._derived:
             self(blocks)
-        return self.task_counts.get(tuple(blocks), 0)
+        return self._derived[tuple(blocks)]
 
     def least_held(self, orders: dict) -> tuple | None:
         """``(bytes, step)``: the most any plan of the expression holds at once while one
