@@ -244,6 +244,61 @@ def test_a_chunking_that_holds_less_is_planned_after_one_that_did_not_fit():
         assert est.peak([rows, 400, 400]) == p.cost.peak_bytes_per_site.max()
 
 
+def test_a_contraction_whose_fastest_grid_holds_too_much_is_priced_on_one_that_fits():
+    """A @ B @ C of 64x40, 40x64, 64x64 on 4 sites of 54,814 bytes (4x2x4x4 blocks by
+    hand: 54,272 a site): at these sizes the fastest grid of a step is one site, which
+    holds every operand and block product (140 kB estimated); a plan under the limit
+    spreads them, so the estimate's peak is the grid's that fits.  Every chunking was
+    passed over as holding too much and NoPlanFits raised after 3 plans."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a, b, c = rng.standard_normal((64, 40)), rng.standard_normal((40, 64)), rng.standard_normal((64, 64))
+    rel, plan = (td.from_array(a) @ td.from_array(b) @ td.from_array(c)).to_relation(sites=4, memory_limit=54_814)
+    assert plan.cost.peak_bytes_per_site.max() <= 54_814
+    np.testing.assert_allclose(td.to_numpy(rel), a @ b @ c, rtol=1e-10)
+
+
+def test_an_input_read_through_a_slice_holds_only_the_blocks_it_reads():
+    """A[:, :50] @ B[:50] of 40x100, 100x64 on 1 site of 69,164 bytes: the blocks the
+    slices do not read are never made (the plan of 5x50x8 blocks holds 68,480 bytes, as
+    estimated; the estimate counted whole inputs, 83 kB, and no chunking was planned
+    that fits)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((40, 100)), rng.standard_normal((100, 64))
+    rel, plan = (td.from_array(a)[:, :50] @ td.from_array(b)[:50]).to_relation(sites=1, memory_limit=69_164)
+    assert plan.cost.peak_bytes_per_site.max() <= 69_164
+    np.testing.assert_allclose(td.to_numpy(rel), a[:, :50] @ b[:50], rtol=1e-10)
+    x = td.from_array(a)[:, :50] @ td.from_array(b)[:50]
+    est = Estimator(AxisClasses([x._node]), 1, td.ClusterSpec(sites=1, memory_per_site=69_164))
+    _, p = (td.from_array(a, chunks=(5, 50))[:, :50] @ td.from_array(b, chunks=(50, 8))[:50]).to_relation(
+        sites=1, memory_limit=1e9)
+    assert est.peak([5, 50, 8]) == p.cost.peak_bytes_per_site.max()
+
+
+def test_a_reduction_across_blocks_holds_a_partial_result_per_block():
+    """mean and var of a 40x40 array on 2 sites of 8,080 bytes: each input block's partial
+    sum is held until summed, so finer grids hold more (1x1 blocks: 12,976 bytes, the
+    estimate said 6,576) and the 12 planned all failed; counted, the estimate is each
+    grid's plan's, and 10x5 blocks (8,000 bytes) is planned."""
+    import numpy as np
+
+    a = np.random.default_rng(0).standard_normal((40, 40))
+    x = td.from_array(a)
+    rel, plan = td.frontend.run.build_local((x.mean(0), x.var(0)), sites=2, memory_limit=8_080)
+    assert plan.cost.peak_bytes_per_site.max() <= 8_080
+    got = td.to_numpy(rel[0]), td.to_numpy(rel[1])
+    np.testing.assert_allclose(got[0], a.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(got[1], a.var(0), rtol=1e-12)
+    est = Estimator(AxisClasses([x.mean(0)._node, x.var(0)._node]), 2, td.ClusterSpec(sites=2, memory_per_site=8_080))
+    for blocks in ((10, 5), (2, 2), (1, 1)):
+        y = td.from_array(a, chunks=blocks)
+        _, p = td.frontend.run.build_local((y.mean(0), y.var(0)), sites=2, memory_limit=1e9)
+        assert est.peak(list(blocks) + [1] * (len(est.cl.classes) - 2)) == p.cost.peak_bytes_per_site.max(), blocks
+
+
 def test_a_slice_above_a_join_leaves_the_choice_to_the_plans(plans):
     """A slice may read a sliver of a join: the join's whole bytes bound nothing, and
     the chunk choice plans (here, a plan that fits: only the sliver is computed)."""

@@ -91,6 +91,10 @@ class Estimator:
                         if isinstance(n, (Elementwise, Where, Unary, ScalarOp)) and id(n) not in roots
                         and readers.get(id(n)) and all(isinstance(r, (Unary, ScalarOp, Reduce)) and len(r.inputs) == 1
                                                        for r in readers[id(n)])}
+        # nodes read only by slices: a plan makes only the blocks the slices read (A[:, :k // 2])
+        self._sliced = {id(n): readers[id(n)] for n in classes.nodes
+                        if id(n) not in roots and readers.get(id(n))
+                        and all(isinstance(r, Slice) for r in readers[id(n)])}
         self._piece_counts: dict = {}  # (gather node, block in, block out) -> its pieces
         self._contracts: dict = {}  # a contraction step's (seconds, tasks, footprint, peak) by what it reads
 
@@ -147,11 +151,14 @@ class Estimator:
         """The most bytes a site holds at once under ``blocks``, as the cost model
         counts a node's peak (its own and its inputs' chunks on a site, and twice its
         largest chunk in flight): for each step, its operands' and result's shares on
-        the sites the step runs on (a contraction's on the grid the estimate found:
-        an operand replicated over the grid's indices it lacks, and the block products
-        a site makes, held until they are summed), plus twice the step's largest
-        block; a map that may run inside its reader's kernel counts nothing
-        (``(a * b + 1).sum(0)`` never makes ``a * b``); ``inf`` where a block step does
+        the sites the step runs on (a contraction's on the grid the estimate found —
+        or, where that holds more than a site's memory, the grid a plan that fits
+        would spread it over — an operand replicated over the grid's indices it lacks,
+        and the block products a site makes, held until they are summed; a
+        reduction's partial result per input block, held until summed), plus twice
+        the step's largest block; a map that may run inside its reader's kernel counts
+        nothing (``(a * b + 1).sum(0)`` never makes ``a * b``), a node read only by
+        slices its blocks they read (``A[:, :k // 2]``); ``inf`` where a block step does
         not fit at all.  A guide, not a bound (a plan may hold more or less): until a
         chunking fits, the chooser passes over one whose peak is no smaller than one
         that did not fit, and plans a grid finer than the cluster's only where it is
@@ -244,14 +251,34 @@ class Estimator:
         work = sum(self._block_bytes(x, blocks) for x in steps)
         self._footprint = max(self._footprint, work)
         made = [x for x in steps if id(x) not in self._inside]  # (a map run inside its reader makes nothing)
-        self._peak = max(self._peak, sum(self._share(x, blocks) for x in made)
+        partials = 0.0  # a reduction across blocks: a partial result per input block, held until summed
+        if isinstance(node, Reduce):
+            nbx = math.prod(self._nblocks(node.inputs[0], a, blocks) for a in range(node.inputs[0].ndim))
+            if nbx > math.prod(self._nblocks(node, a, blocks) for a in range(node.ndim)):
+                partials = -(-nbx // min(self.sites, nbx)) * self._block_bytes(node, blocks)
+        self._peak = max(self._peak, sum(self._share(x, blocks) for x in made) + partials
                          + 2 * max([self._block_bytes(x, blocks) for x in made], default=0))
         return work <= self.memory
 
     def _share(self, node, blocks) -> float:
-        """Bytes of ``node``'s blocks on the busiest site, its blocks dealt round the sites."""
+        """Bytes of ``node``'s blocks on the busiest site, its blocks dealt round the
+        sites (of a node read only by slices, the blocks they read)."""
         nb = math.prod(self._nblocks(node, a, blocks) for a in range(node.ndim))
-        return -(-nb // min(self.sites, nb)) * self._block_bytes(node, blocks)
+        if id(node) in self._sliced:
+            nb = min(nb, max(math.prod(self._touched(node, r, a, blocks) for a in range(node.ndim))
+                             for r in self._sliced[id(node)]))
+        return -(-nb // min(self.sites, nb)) * self._block_bytes(node, blocks) if nb else 0.0
+
+    def _touched(self, node, sl, axis, blocks) -> int:
+        """Blocks of ``node`` along ``axis`` the slice ``sl`` reads (at most one per element)."""
+        length = sl.shape[axis]
+        if length == 0:
+            return 0
+        start, step = sl.bounds[axis]
+        blk = min(blocks[self.cl.of[(node, axis)]], max(1, node.shape[axis]))
+        last = start + step * (length - 1)
+        lo, hi = min(start, last), max(start, last)
+        return min(length, hi // blk - lo // blk + 1)
 
     def _nblocks(self, node, axis, blocks) -> int:
         n = node.shape[axis]
@@ -463,29 +490,44 @@ class Estimator:
             return (per_site_calls * per_call / rate + (recv + send) * cost_per_float
                     + per_site_calls * out_chunk / self.fresh)
 
-        p, grid = [1] * len(b), 1
-        best = seconds(p, grid)
-        while grid * 2 <= self.sites:  # double the index that saves the most
-            trial = None
-            for i, n in enumerate(b):
-                if p[i] < n:
-                    q = list(p)
-                    q[i] = min(n, p[i] * 2)
-                    g = grid // p[i] * q[i]
-                    if g <= self.sites:
-                        t = seconds(q, g)
-                        if trial is None or t < trial[0]:
-                            trial = (t, q, g)
-            if trial is None or trial[0] >= best:
-                break
-            best, p, grid = trial
-        # a site's share of each operand on that grid, the block products it makes (held until
-        # summed), and two blocks in flight
-        calls_here = math.prod(-(-n // q) for n, q in zip(b, p))
-        held = sum(size / math.prod(p[i] for i in g) for g, size, _ in inputs) \
-            + calls_here * math.prod(chunk[i] for i in outs)
         largest = max([math.prod(chunk[i] for i in g) for g in ins] + [math.prod(chunk[i] for i in outs)])
-        self._peak = (held + 2 * largest) * itemsize
+
+        def peak(p):  # a site's share of each operand on grid p, the block products it makes (held
+            # until summed), and two blocks in flight
+            calls_here = math.prod(-(-n // q) for n, q in zip(b, p))
+            held = sum(size / math.prod(p[i] for i in g) for g, size, _ in inputs) \
+                + calls_here * math.prod(chunk[i] for i in outs)
+            return (held + 2 * largest) * itemsize
+
+        def greedy(score):  # from one site, double the index that lowers score(p, grid) the most
+            p, grid = [1] * len(b), 1
+            best = score(p, grid)
+            visited = [(p, grid)]
+            while grid * 2 <= self.sites:
+                trial = None
+                for i, n in enumerate(b):
+                    if p[i] < n:
+                        q = list(p)
+                        q[i] = min(n, p[i] * 2)
+                        g = grid // p[i] * q[i]
+                        if g <= self.sites:
+                            t = score(q, g)
+                            if trial is None or t < trial[0]:
+                                trial = (t, q, g)
+                if trial is None or trial[0] >= best:
+                    break
+                best, p, grid = trial
+                visited.append((p, grid))
+            return p, grid, visited
+
+        p, grid, _ = greedy(seconds)
+        if peak(p) > self.memory:  # the fastest grid holds too much: a plan spreads the products to
+            # fit (the grids on the way to the least held; the fastest of them that fits, else the least held)
+            _, _, visited = greedy(lambda q, g: peak(q))
+            fit = [(seconds(q, g), q, g) for q, g in visited if peak(q) <= self.memory]
+            _, p, grid = min(fit, key=lambda t: t[0]) if fit else (None, *visited[-1])
+        best = seconds(p, grid)
+        self._peak = peak(p)
         tasks = calls + (out_blocks if calls > out_blocks else 0)
         return best, tasks
 
