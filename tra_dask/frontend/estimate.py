@@ -153,7 +153,7 @@ class Estimator:
         largest chunk in flight): for each step, its operands' and result's shares on
         the sites the step runs on (a contraction's on the grid the estimate found —
         or, where that holds more than a site's memory, the grid a plan that fits
-        would spread it over — an operand replicated over the grid's indices it lacks,
+        would spread it over, its seconds still the fastest grid's — an operand replicated over the grid's indices it lacks,
         and the block products a site makes, held until they are summed; a
         reduction's partial result per input block, held until summed), plus twice
         the step's largest block; a map that may run inside its reader's kernel counts
@@ -521,13 +521,14 @@ class Estimator:
             return p, grid, visited
 
         p, grid, _ = greedy(seconds)
-        if peak(p) > self.memory:  # the fastest grid holds too much: a plan spreads the products to
-            # fit (the grids on the way to the least held; the fastest of them that fits, else the least held)
-            _, _, visited = greedy(lambda q, g: peak(q))
-            fit = [(seconds(q, g), q, g) for q, g in visited if peak(q) <= self.memory]
-            _, p, grid = min(fit, key=lambda t: t[0]) if fit else (None, *visited[-1])
         best = seconds(p, grid)
         self._peak = peak(p)
+        if self._peak > self.memory:  # the fastest grid holds too much: a plan that fits spreads the
+            # products further (the grids on the way to the least held: the fastest of them that fits,
+            # else the least held) — its peak is the guide; the seconds stay the fastest grid's
+            _, _, visited = greedy(lambda q, g: peak(q))
+            fit = [(seconds(q, g), q) for q, g in visited if peak(q) <= self.memory]
+            self._peak = peak(min(fit, key=lambda t: t[0])[1] if fit else visited[-1][0])
         tasks = calls + (out_blocks if calls > out_blocks else 0)
         return best, tasks
 
