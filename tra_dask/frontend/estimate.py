@@ -199,7 +199,7 @@ class Estimator:
                 continue
             if isinstance(n, (Elementwise, Where)):
                 got = ((_bytes(n) if id(n) in roots else 0) + _distinct([_made_by_maps(i) for i in n.inputs]),
-                       f"the elementwise {type(n).__name__.lower()} of shape {n.shape}")
+                       f"the elementwise {n.op if isinstance(n, Elementwise) else 'where'} of shape {n.shape}")
             elif isinstance(n, Einsum) and len(n.subs) > 1:
                 got = min(self._held_by_path(n, path, id(n) in roots)
                           for path in orders.get(n) or [self.paths.get(n) or self._default_path(n)])
