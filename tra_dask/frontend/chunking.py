@@ -397,10 +397,7 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
         planned = attempts = 0
         unfit = math.inf  # the smallest estimated peak of a chunking that did not fit
         alike: set = set()  # the estimates of the chunkings planned that fit
-        queue, at = list(ranked), 0
-        while at < len(queue):  # (an infinite estimate: a block product that fits no site's memory)
-            v, k = queue[at]
-            at += 1
+        for v, k in ranked:  # (an infinite estimate: a block product that fits no site's memory)
             if v == math.inf or planned >= PLANNED or (planned and v > ranked[0][0] * PLANNED_MARGIN):
                 break
             if attempts >= PLANNED + UNFIT:
@@ -430,8 +427,6 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
                 refusals.append(str(e))
                 if peak is not None:
                     unfit = min(unfit, peak(k))
-                    if not planned:  # until one fits, those estimated to fit first (each group by its estimate)
-                        queue[at:] = sorted(queue[at:], key=lambda vk: peak(vk[1]) > estimate.memory)
         if not tried or all(v[1] == math.inf for v in tried.values()):
             got = again_finer()
             if got is not None:
