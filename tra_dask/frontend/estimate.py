@@ -502,7 +502,7 @@ class Estimator:
         def greedy(score):  # from one site, double the index that lowers score(p, grid) the most
             p, grid = [1] * len(b), 1
             best = score(p, grid)
-            visited = [(p, grid)]
+            visited = [(best, p, grid)]
             while grid * 2 <= self.sites:
                 trial = None
                 for i, n in enumerate(b):
@@ -517,18 +517,17 @@ class Estimator:
                 if trial is None or trial[0] >= best:
                     break
                 best, p, grid = trial
-                visited.append((p, grid))
-            return p, grid, visited
+                visited.append((best, p, grid))
+            return best, p, visited
 
-        p, grid, _ = greedy(seconds)
-        best = seconds(p, grid)
+        best, p, _ = greedy(seconds)
         self._peak = peak(p)
         if self._peak > self.memory:  # the fastest grid holds too much: a plan that fits spreads the
             # products further (the grids on the way to the least held: the fastest of them that fits,
             # else the least held) — its peak is the guide; the seconds stay the fastest grid's
-            _, _, visited = greedy(lambda q, g: peak(q))
-            fit = [(seconds(q, g), q) for q, g in visited if peak(q) <= self.memory]
-            self._peak = peak(min(fit, key=lambda t: t[0])[1] if fit else visited[-1][0])
+            _, _, visited = greedy(lambda q, g: peak(q))  # (scored by the peak: each visited's is its first)
+            fit = [(seconds(q, g), held) for held, q, g in visited if held <= self.memory]
+            self._peak = min(fit)[1] if fit else visited[-1][0]
         tasks = calls + (out_blocks if calls > out_blocks else 0)
         return best, tasks
 
