@@ -13,7 +13,7 @@ from tra_dask.kernels import compose, get_kernel
 from tra_dask.optimizer.time import busiest, contraction_class, kernel_class, kernel_rate, node_seconds_per_site
 from tra_dask.physical import LocalJoin
 from tra_dask.programs import matmul, random_uniform
-from tra_dask.runtime.calibrate import _alone_rates, quiet_reading
+from tra_dask.runtime.calibrate import _alone_rates, host_rate, quiet_reading
 
 
 @pytest.mark.parametrize("sub, cls", [
@@ -219,6 +219,28 @@ def test_calibration_keeps_the_quiet_reading_of_noisy_repeats():
     # the rates alone: only where measurably faster than with every worker busy
     assert _alone_rates({"blas": 1e10, "elementwise": 1e9}, {"blas": 2.3, "elementwise": 1.02}) == {"blas": 2.3e10}
     assert _alone_rates({"blas": 1e10, "elementwise": 1e9}, {"blas": 1.0}) is None
+
+
+def test_calibration_reads_a_hosts_rate_window_by_window():
+    """Workers of a host run their windows at once: a window's mean over them is the
+    host's rate per worker.  Three one-thread workers time-sliced on two cores (the OS
+    gives each a core in some windows and a share in others) each read nearly a core's
+    rate in their best window; the rate every worker gets while all are busy is 2/3 of it,
+    and a host whose workers disagree only that way is not a loaded machine."""
+    rng = np.random.default_rng(7)
+    core = 1.2e9
+    for _ in range(50):  # in each window one worker waits most of it, the others hold a core most of it
+        windows = [rng.permutation([0.2, 0.8, 1.0]) * core for _ in range(3)]
+        per_worker = {w: {"add": [win[i] for win in windows]} for i, w in enumerate("abc")}
+        rate, spread = host_rate(per_worker, "add", dict.fromkeys("abc", "h"))
+        assert rate == pytest.approx(2 * core / 3) and spread == pytest.approx(1.0)
+        # each worker's own best window, the median over workers: 0.8-1.0 of a core
+        assert np.median([max(r["add"]) for r in per_worker.values()]) >= 1.2 * rate
+    # hosts apart: each host's own windows, the median over hosts; a loaded host shows
+    per_worker = {"a": {"k": [1.0, 1.0]}, "b": {"k": [1.0, 1.0]}, "c": {"k": [4.0, 1.0]}, "d": {"k": [2.0, 2.0]},
+                  "e": {"k": [3.0, 3.0]}}
+    rate, spread = host_rate(per_worker, "k", {"a": 0, "b": 0, "c": 1, "d": 2, "e": 2})
+    assert rate == 2.5 and spread == 4.0
 
 
 def test_in_process_inputs_are_named_on_every_submission():

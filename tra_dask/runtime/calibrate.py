@@ -14,7 +14,8 @@ A few seconds of measurements on the cluster itself (runtime layer: it talks to
   idle (``rates_alone``, where that is faster: the rates of a plan that keeps one
   worker of a host busy);
 * **a loaded machine** — each probe runs in three windows and keeps the quiet
-  reading (:func:`quiet_reading`: the highest rate, a low quantile of seconds), as
+  reading (:func:`quiet_reading`: the highest rate, a low quantile of seconds; a
+  rate's window is read as its mean over the host's workers, :func:`host_rate`), as
   do the overheads below (the bandwidth keeps its rounds' total, the matmul rate in a
   plan its best run); where repeats disagree by more than 2x (``NOISY``) the spec's
   ``source`` says so and ``td.calibrate`` warns (rates read 4-17x low and task
@@ -91,7 +92,7 @@ from .cluster import _wait_done, run_on_workers, workers_info
 from .gather import gather
 from .resident import _cluster_placements, from_dask_array, refresh_sources
 
-__all__ = ["calibrate", "cluster_spec", "set_cluster_spec", "quiet_reading"]
+__all__ = ["calibrate", "cluster_spec", "set_cluster_spec", "quiet_reading", "host_rate"]
 
 _CACHE: dict = {}  # (scheduler address, cluster shape) -> spec
 _CACHE_LOCKS: dict = {}
@@ -105,9 +106,9 @@ def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.3,
     repetitions — work done / time taken, not the best repetition's rate: where
     workers share cores (more workers than cores on a host) a single repetition often
     has a core to itself, which a plan keeping every worker busy does not get.  Each
-    probe runs :data:`REPEATS` windows in turn and keeps the quiet one
-    (:func:`quiet_reading`: another process's load only ever slows a window down);
-    ``"spread"`` is how far the windows of the probes disagreed (the largest ratio).
+    probe runs :data:`REPEATS` windows in turn, each reading returned (a list per
+    probe): every worker runs its windows at once, so the caller takes each window's
+    mean over a host's workers and keeps the quiet window (:func:`host_rate`).
     Windows of 0.3 s in all for the rates the model uses most (elementwise, the large
     matmul): with 0.15 s, four calibrations of one 3-worker cluster on 2 cores read
     the matmul rate at 6.3-8.3e10/s (and 4.6e10 in another run), with 0.4 s
@@ -123,19 +124,16 @@ def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.3,
 
     rng = _np.random.default_rng(0)
     x, y, z = rng.random(elems), rng.random(elems), _np.empty(elems)
-    spreads = []
 
     def probe(fn, work, window):
         fn()  # untimed, once: the windows that follow run warm, one after the other
-        got = quiet_reading([_throughput(fn, work, window / REPEATS, warm=False) for _ in range(REPEATS)])
-        spreads.append(got[1])
-        return got[0]
+        return [_throughput(fn, work, window / REPEATS, warm=False) for _ in range(REPEATS)]
 
     if alone:
         n = sizes[-1]
         a, b = rng.random((n, n)), rng.random((n, n))
         return {"elementwise": probe(lambda: _np.add(x, y, out=z), float(elems), seconds / 2),
-                f"blas{n}": probe(lambda: a @ b, 2.0 * n ** 3, seconds / 2), "spread": max(spreads)}
+                f"blas{n}": probe(lambda: a @ b, 2.0 * n ** 3, seconds / 2)}
     out = {"elementwise": probe(lambda: _np.add(x, y, out=z), float(elems), seconds)}
     # new arrays as a plan makes them: a round of arrays kept until their readers ran,
     # then freed, the next round written where the worker's allocator puts it (after
@@ -154,8 +152,31 @@ def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.3,
         a, b = rng.random((n, n)), rng.random((n, n))
         out[f"blas{n}"] = probe(lambda a=a, b=b: a @ b, 2.0 * n ** 3, seconds if n == sizes[-1] else seconds / 2)
     out["blas_float32"] = _float32_speedup(rng, sizes[-1], seconds / 2)
-    out["spread"] = max(spreads)
     return out
+
+
+def host_rate(per_worker: dict, key: str, host_of: dict) -> tuple[float, float]:
+    """``(rate, spread)`` of probe ``key`` from :func:`_kernel_rates`' readings
+    (``per_worker``: worker -> its result; ``host_of``: worker -> host): per host, each
+    window's mean over the host's workers — they ran that window at once, so the mean
+    is the host's throughput per worker, what the spec's rates mean — and the quiet
+    window of those (:func:`quiet_reading`); the median over hosts, and how far any
+    host's windows disagreed.  Not each worker's own quiet window: where a host has
+    more workers than cores, the OS gives a worker a core to itself in some windows
+    and a share in others, and each worker's best window read the rate alone (3
+    one-thread workers on 2 cores: 0.8-1.1e9 adds/s a worker, in windows whose mean
+    was 0.7e9; the median over workers was the rate alone in one calibration and
+    a third of it in another).
+
+    >>> host_rate({"a": {"k": [3.0, 1.0]}, "b": {"k": [1.0, 3.0]}, "c": {"k": [2.0, 2.0]}},
+    ...           "k", {"a": "h", "b": "h", "c": "h"})
+    (2.0, 1.0)
+    """
+    by_host: dict = {}
+    for w, r in per_worker.items():
+        by_host.setdefault(host_of[w], []).append(r[key])
+    got = [quiet_reading(np.mean(np.asarray(windows, dtype=float), axis=0)) for windows in by_host.values()]
+    return statistics.median(g[0] for g in got), max(g[1] for g in got)
 
 
 # windows per probe of a rate: the quiet one is kept (quiet_reading)
@@ -482,20 +503,22 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20, refresh: bool = False
     memory = min([m for m in memory if m > 0], default=4e9)
     # kept arrays: at most 1/8 of a worker's memory
     per_worker = run_on_workers(client, _kernel_rates, workers, fresh_bytes=int(min(2**27, memory / 8)))
-    med = {k: statistics.median(r[k] for r in per_worker.values())
-           for k in ("elementwise", "blas64", "blas512", "fresh", "blas_float32", "exp")}
-    spread = max(r["spread"] for r in per_worker.values())
+    hosts = [info[w].get("host") or w.rsplit(":", 1)[0] for w in workers]
+    host_of = dict(zip(workers, hosts))
+    med, spread = {"blas_float32": statistics.median(r["blas_float32"] for r in per_worker.values())}, 1.0
+    for k in ("elementwise", "blas64", "blas512", "fresh", "exp"):
+        med[k], disagree = host_rate(per_worker, k, host_of)
+        spread = max(spread, disagree)
     peak, half = _blas_fit(med["blas64"], med["blas512"])
     rates = {"blas": peak, "elementwise": med["elementwise"]}
-    hosts = [info[w].get("host") or w.rsplit(":", 1)[0] for w in workers]
     # the same kernels on one worker of each host of several while the others idle
     firsts = [ws[0] for ws in _by_host(workers, hosts).values() if len(ws) > 1]
     speedup = {}
     if firsts:
         alone = run_on_workers(client, _kernel_rates, firsts, alone=True)
-        spread = max([spread] + [r["spread"] for r in alone.values()])
         for cls, k in (("blas", "blas512"), ("elementwise", "elementwise")):
-            speedup[cls] = statistics.median(r[k] for r in alone.values()) / med[k]
+            rate, disagree = host_rate(alone, k, host_of)
+            speedup[cls], spread = rate / med[k], max(spread, disagree)
     submit_overhead, task_overhead, noise = _overheads(client, workers)
     spread = max(spread, noise)
     # bandwidth: every worker at once reads an array made on another
