@@ -9,7 +9,8 @@ A few seconds of measurements on the cluster itself (runtime layer: it talks to
   the larger size (its rate over float64's: ``blas_float32``) and an elementwise
   add into an array it has (``"elementwise"``, elements/s: the result's new array
   is the new-memory term's) for a window, and the throughput over the window counts
-  (work done / time taken); the median over workers.  Then one worker of each host
+  (work done / time taken); each window's mean over a host's workers (they ran it
+  at once: the host's rate per worker), the median over hosts.  Then one worker of each host
   with several runs the large product and the add again while the host's others
   idle (``rates_alone``, where that is faster: the rates of a plan that keeps one
   worker of a host busy);
