@@ -12,6 +12,16 @@ a surviving worker that a task not yet run reads.  The recovery takes over the h
 it uses and drops the others (:func:`take`); holds nobody takes are dropped after
 ``tra-dask.recovery-hold`` (dask config, default 60 s).
 
+It puts cluster data back where it was: a copy of a chunk that is not tra_dask's (a
+dask array's block a plan reads where it lives) that a tra_dask task made its worker
+fetch is dropped once no task of that worker still waits for it, the chunk's other
+copies kept (:meth:`TraKeeper.transition`).  Left alone, Dask's Active Memory Manager
+drops one copy of the two at random every 2 s, the original as often as not: a loop
+over persisted dask arrays then found some of its chunks on other workers at every
+submission, and planned each step again (4 workers, Dask's defaults: 1-11 of 128
+chunks moved per step, 0.15-0.27 s of planning a step for a 0.04 s run).  A plan's
+moves are then also the moves it measures on its next submission.
+
 It also fails each tra_dask task pinned to the lost worker with :class:`WorkerLeft`
 once Dask has it waiting for a worker that will never come, so that Dask's own calls
 on a result (``dask.compute(rf)``, ``distributed.wait``, ``rf[k].result()``) raise at
@@ -62,6 +72,8 @@ class TraKeeper(SchedulerPlugin):
         self.seconds = hold_seconds()
         self.pending: set = set()  # keys with a _fail_if_stranded call queued
         self.failed: dict = {}     # key -> the lost worker it was failed for (until forgotten)
+        self.running: dict = {}    # tra_dask task -> the worker it runs on
+        self.fetched: dict = {}    # cluster data key -> workers a tra_dask task made fetch a copy
 
     # -- tasks pinned to a worker that left: an error, not a wait without end ------
     def remove_worker(self, scheduler, worker, *, stimulus_id=None, **kwargs) -> None:
@@ -72,13 +84,60 @@ class TraKeeper(SchedulerPlugin):
             self._fail_if_stranded(ts.key)
 
     def transition(self, key, start, finish, *args, **kwargs) -> None:
+        if finish == "processing" and is_tra_key(key):
+            self._note_fetches(key)
+        elif start == "processing" and key in self.running:
+            addr = self.running.pop(key)
+            if finish == "memory":
+                self._drop_fetched(key, addr)
         if finish == "forgotten":
             self.failed.pop(key, None)
+            self.fetched.pop(key, None)
         elif finish == "no-worker" and is_tra_key(key) and key not in self.pending:
             import asyncio
 
             self.pending.add(key)  # one queued call per key, however often it comes back
             asyncio.get_running_loop().call_soon(self._fail_if_stranded, key)  # not inside a transition
+
+    # -- cluster data read where it lives: the copies tra_dask's tasks fetched, dropped --
+    def _note_fetches(self, key) -> None:
+        """``key`` (a tra_dask task) starts on a worker: which of its inputs that are not
+        tra_dask's that worker does not hold (it fetches a copy)."""
+        s = self.scheduler
+        ts = s.tasks.get(key) if s is not None else None
+        ws = ts.processing_on if ts is not None else None
+        if ws is None:
+            return
+        self.running[key] = ws.address
+        for d in ts.dependencies:
+            if not is_tra_key(d.key) and ws not in (d.who_has or ()):
+                self.fetched.setdefault(d.key, set()).add(ws.address)
+
+    def _drop_fetched(self, key, addr: str) -> None:
+        """``key`` finished on ``addr``: the copies it made ``addr`` fetch go, where no
+        other task that has not run waits for them there, and another worker holds the
+        chunk (the scheduler forgets the copy now; the worker drops it, or refuses if a
+        task of its own still reads it)."""
+        s = self.scheduler
+        ts = s.tasks.get(key)
+        if ts is None:
+            return
+        drop = []
+        for d in ts.dependencies:
+            where = self.fetched.get(d.key)
+            if not where or addr not in where:
+                continue
+            if any(dd.state not in ("memory", "released", "forgotten", "erred") and _may_run_on(dd, addr)
+                   for dd in d.dependents or ()):
+                continue  # another task there still reads it: the last one drops it
+            where.discard(addr)
+            if not where:
+                del self.fetched[d.key]
+            holders = {w.address for w in d.who_has or ()}
+            if addr in holders and len(holders) > 1:
+                drop.append(d.key)
+        if drop:
+            s.request_remove_replicas(addr, drop, stimulus_id=f"tra-dask-drop-fetched-{time.time()}")
 
     def _fail_if_stranded(self, key) -> None:
         """Fail ``key`` with :class:`WorkerLeft` if it waits for a worker that left —
@@ -147,6 +206,14 @@ class TraKeeper(SchedulerPlugin):
         if self.held:
             cut = time.time() - self.seconds
             self.release([k for k, t in self.held.items() if t < cut])
+
+
+def _may_run_on(ts, addr: str) -> bool:
+    """Whether task ``ts`` (not run yet) may run on worker ``addr``: it runs there, or
+    is pinned there, or goes wherever the scheduler puts it."""
+    if ts.processing_on is not None:
+        return ts.processing_on.address == addr
+    return not ts.worker_restrictions or addr in ts.worker_restrictions
 
 
 def take(dask_scheduler, keys) -> None:
