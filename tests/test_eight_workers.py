@@ -120,7 +120,7 @@ def test_a_loop_over_dask_inputs_finds_them_where_they_were(client):
         np.testing.assert_allclose(rf.to_numpy(), want, rtol=1e-12)
         moved += rf.transfers() > 0
         deadline = time.monotonic() + 0.5
-        while True:  # (a worker asked to drop a copy a task of its own still read puts it back)
+        while True:  # (each copy is dropped as the last task that read it finishes: a moment for the scheduler)
             after = _who_has(client, keys)
             if all(len(w) == 1 for w in after.values()) or time.monotonic() > deadline:
                 break

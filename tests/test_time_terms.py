@@ -235,12 +235,15 @@ def test_calibration_reads_a_hosts_rate_window_by_window():
         rate, spread = host_rate(per_worker, "add", dict.fromkeys("abc", "h"))
         assert rate == pytest.approx(2 * core / 3) and spread == pytest.approx(1.0)
         # each worker's own best window, the median over workers: 0.8-1.0 of a core
-        assert np.median([max(r["add"]) for r in per_worker.values()]) >= 1.2 * rate
+        assert np.median([max(r["add"]) for r in per_worker.values()]) >= 1.15 * rate
     # hosts apart: each host's own windows, the median over hosts; a loaded host shows
     per_worker = {"a": {"k": [1.0, 1.0]}, "b": {"k": [1.0, 1.0]}, "c": {"k": [4.0, 1.0]}, "d": {"k": [2.0, 2.0]},
                   "e": {"k": [3.0, 3.0]}}
     rate, spread = host_rate(per_worker, "k", {"a": 0, "b": 0, "c": 1, "d": 2, "e": 2})
-    assert rate == 2.5 and spread == 4.0
+    assert rate == 2.5 and spread == 4.0  # (hosts 0 and 2 count twice: 1, 1, 4, 2.5, 2.5)
+    # a host of three workers outweighs one of one
+    per_worker = {"a": {"k": [1.0, 1.0]}, "b": {"k": [1.0, 1.0]}, "c": {"k": [1.0, 1.0]}, "d": {"k": [9.0, 9.0]}}
+    assert host_rate(per_worker, "k", {"a": 0, "b": 0, "c": 0, "d": 1})[0] == 1.0
 
 
 def test_in_process_inputs_are_named_on_every_submission():

@@ -101,7 +101,7 @@ _KEY_OF: dict = {}  # (scheduler address, its workers' addresses) -> the _CACHE 
 
 
 def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.3,
-                  fresh_bytes: int = 2**27, alone: bool = False) -> dict:
+                  fresh_bytes: int = 2**27, alone: bool = False, start: float | None = None) -> dict:
     """Run on a worker (all workers at once, or one of a host with ``alone``): the
     throughput of each kernel class (matmul at each of ``sizes``) over windows of
     repetitions — work done / time taken, not the best repetition's rate: where
@@ -120,15 +120,28 @@ def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.3,
     ``"exp"``: elements/s of ``exp`` into an array the worker has (compute bound: what
     a transcendental element costs in adds, the spec's ``exp_cost``).
     ``alone``: the large matmul and the add only, on half the windows (the rates of
-    a worker whose host's other workers idle)."""
+    a worker whose host's other workers idle).  ``start``: the wall-clock time
+    (``time.time()``: one clock for a host's workers) at which the first probe's
+    windows begin; each later probe's begin where the one before ends, plus
+    :data:`SYNC_MARGIN` for its untimed call, so that a host's workers run window i
+    of each probe at the same moments (started as they were called, 3 workers began
+    85-92 ms apart, against windows of 100 ms)."""
     import numpy as _np
 
     rng = _np.random.default_rng(0)
     x, y, z = rng.random(elems), rng.random(elems), _np.empty(elems)
+    at = [start]  # when the next probe's windows begin (None: as soon as it is called)
 
     def probe(fn, work, window):
         fn()  # untimed, once: the windows that follow run warm, one after the other
-        return [_throughput(fn, work, window / REPEATS, warm=False) for _ in range(REPEATS)]
+        w = window / REPEATS
+        if at[0] is None:
+            return [_throughput(fn, work, w, warm=False) for _ in range(REPEATS)]
+        begin = at[0]
+        at[0] = begin + window + SYNC_MARGIN
+        if begin > time.time():
+            time.sleep(begin - time.time())
+        return [_throughput(fn, work, w, warm=False, until=begin + (i + 1) * w) for i in range(REPEATS)]
 
     if alone:
         n = sizes[-1]
@@ -161,8 +174,9 @@ def host_rate(per_worker: dict, key: str, host_of: dict) -> tuple[float, float]:
     (``per_worker``: worker -> its result; ``host_of``: worker -> host): per host, each
     window's mean over the host's workers — they ran that window at once, so the mean
     is the host's throughput per worker, what the spec's rates mean — and the quiet
-    window of those (:func:`quiet_reading`); the median over hosts, and how far any
-    host's windows disagreed.  Not each worker's own quiet window: where a host has
+    window of those (:func:`quiet_reading`); the median over the workers of each
+    host's rate (a host of three workers counts three times), and how far any host's
+    windows disagreed.  Not each worker's own quiet window: where a host has
     more workers than cores, the OS gives a worker a core to itself in some windows
     and a share in others, and each worker's best window read the rate alone (3
     one-thread workers on 2 cores: 0.8-1.1e9 adds/s a worker, in windows whose mean
@@ -176,12 +190,22 @@ def host_rate(per_worker: dict, key: str, host_of: dict) -> tuple[float, float]:
     by_host: dict = {}
     for w, r in per_worker.items():
         by_host.setdefault(host_of[w], []).append(r[key])
-    got = [quiet_reading(np.mean(np.asarray(windows, dtype=float), axis=0)) for windows in by_host.values()]
-    return statistics.median(g[0] for g in got), max(g[1] for g in got)
+    rates, spread = [], 1.0
+    for windows in by_host.values():
+        n = min(len(w) for w in windows)  # (the windows every worker of the host ran)
+        rate, disagree = quiet_reading(np.mean([w[:n] for w in windows], axis=0))
+        rates += [rate] * len(windows)
+        spread = max(spread, disagree)
+    return statistics.median(rates), spread
 
 
 # windows per probe of a rate: the quiet one is kept (quiet_reading)
 REPEATS = 3
+# seconds between one probe's last window and the next one's first, for the next
+# one's untimed call (a 512² matmul: 7-40 ms on a shared core); and from the call of
+# the workers to their first window (they import and allocate first)
+SYNC_MARGIN = 0.04
+START_MARGIN = 0.15
 # repeats of a probe that disagree by more than this ratio: the machine was loaded
 # while it was measured (the spec's source says so, and td.calibrate warns); repeats on
 # the quiet 2-core development VM disagreed up to 1.6x (the overheads' tiny plans)
@@ -229,16 +253,21 @@ def _float32_speedup(rng, n: int, seconds: float) -> float:
     return t64 / max(t32, 1e-9)
 
 
-def _throughput(fn, work: float, seconds: float, clock=time.perf_counter, warm: bool = True) -> float:
+def _throughput(fn, work: float, seconds: float, clock=time.perf_counter, warm: bool = True,
+                until: float | None = None) -> float:
     """``work`` per second of ``fn`` over a window of at least ``seconds`` and three
-    calls, after one untimed call (``warm``; False where ``fn`` just ran): all the
-    calls' work over all their time (a slow call counts, as it does in a plan), not
-    the fastest call's rate."""
+    calls (``until``: to that wall-clock time, ``time.time()``, instead), after one
+    untimed call (``warm``; False where ``fn`` just ran): all the calls' work over all
+    their time (a slow call counts, as it does in a plan), not the fastest call's rate."""
     if warm:
         fn()
     t0 = clock()
     reps = 0
-    while clock() < t0 + seconds or reps < 3:
+    if until is None:
+        until, now = t0 + seconds, clock
+    else:
+        now = time.time
+    while now() < until or reps < 3:
         fn()
         reps += 1
     return reps * work / max(clock() - t0, 1e-9)
@@ -503,7 +532,8 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20, refresh: bool = False
     memory = [info[w].get("memory_limit") or 0 for w in workers]
     memory = min([m for m in memory if m > 0], default=4e9)
     # kept arrays: at most 1/8 of a worker's memory
-    per_worker = run_on_workers(client, _kernel_rates, workers, fresh_bytes=int(min(2**27, memory / 8)))
+    per_worker = run_on_workers(client, _kernel_rates, workers, fresh_bytes=int(min(2**27, memory / 8)),
+                                start=time.time() + START_MARGIN)
     hosts = [info[w].get("host") or w.rsplit(":", 1)[0] for w in workers]
     host_of = dict(zip(workers, hosts))
     med, spread = {"blas_float32": statistics.median(r["blas_float32"] for r in per_worker.values())}, 1.0
@@ -516,7 +546,7 @@ def calibrate(client, *, transfer_bytes: int = 32 * 2**20, refresh: bool = False
     firsts = [ws[0] for ws in _by_host(workers, hosts).values() if len(ws) > 1]
     speedup = {}
     if firsts:
-        alone = run_on_workers(client, _kernel_rates, firsts, alone=True)
+        alone = run_on_workers(client, _kernel_rates, firsts, alone=True, start=time.time() + START_MARGIN)
         for cls, k in (("blas", "blas512"), ("elementwise", "elementwise")):
             rate, disagree = host_rate(alone, k, host_of)
             speedup[cls], spread = rate / med[k], max(spread, disagree)

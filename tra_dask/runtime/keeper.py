@@ -79,17 +79,22 @@ class TraKeeper(SchedulerPlugin):
     def remove_worker(self, scheduler, worker, *, stimulus_id=None, **kwargs) -> None:
         """After Dask moved the lost worker's tasks back: each tra_dask task pinned there
         that now waits for a worker (``no-worker``) fails with :class:`WorkerLeft`; one
-        still waiting for its inputs fails when it gets that far (:meth:`transition`)."""
+        still waiting for its inputs fails when it gets that far (:meth:`transition`).
+        The copies it had fetched are gone with it."""
         for ts in list(getattr(scheduler, "unrunnable", ())):
             self._fail_if_stranded(ts.key)
+        for k, where in list(self.fetched.items()):
+            where.discard(worker)
+            if not where:
+                del self.fetched[k]
 
     def transition(self, key, start, finish, *args, **kwargs) -> None:
         if finish == "processing" and is_tra_key(key):
             self._note_fetches(key)
         elif start == "processing" and key in self.running:
-            addr = self.running.pop(key)
-            if finish == "memory":
-                self._drop_fetched(key, addr)
+            self._drop_fetched(key, self.running.pop(key))  # (done, failed or released: read or not needed)
+        if start == "memory":  # a block released: nothing fetched of it is left to drop
+            self.fetched.pop(key, None)
         if finish == "forgotten":
             self.failed.pop(key, None)
             self.fetched.pop(key, None)
@@ -114,10 +119,13 @@ class TraKeeper(SchedulerPlugin):
                 self.fetched.setdefault(d.key, set()).add(ws.address)
 
     def _drop_fetched(self, key, addr: str) -> None:
-        """``key`` finished on ``addr``: the copies it made ``addr`` fetch go, where no
-        other task that has not run waits for them there, and another worker holds the
-        chunk (the scheduler forgets the copy now; the worker drops it, or refuses if a
-        task of its own still reads it)."""
+        """``key`` left ``addr`` (finished, failed or released): the copies it made
+        ``addr`` fetch go, where no other task that has not finished may read them
+        there, and a running worker other than ``addr`` holds the block (not one being
+        retired: its copy may be on its way out).  The scheduler forgets the copy now and
+        the worker releases it; a worker asked to release a block that a task of its
+        own is executing on raises and closes, which the check of the block's readers
+        is there to rule out (the memory manager checks the same)."""
         s = self.scheduler
         ts = s.tasks.get(key)
         if ts is None:
@@ -133,8 +141,9 @@ class TraKeeper(SchedulerPlugin):
             where.discard(addr)
             if not where:
                 del self.fetched[d.key]
-            holders = {w.address for w in d.who_has or ()}
-            if addr in holders and len(holders) > 1:
+            holders = d.who_has or ()
+            if any(w.address == addr for w in holders) and any(
+                    w.address != addr and w in s.running for w in holders):
                 drop.append(d.key)
         if drop:
             s.request_remove_replicas(addr, drop, stimulus_id=f"tra-dask-drop-fetched-{time.time()}")
