@@ -133,3 +133,32 @@ def test_a_loop_over_dask_inputs_finds_them_where_they_were(client):
     # the memory manager's cycle (every 2 s) may drop an original while a plan that read a copy runs
     assert stayed >= 4, f"the inputs moved in {6 - stayed} of 6 runs"
     assert hits >= 3, f"the plan was reused in {hits} of 5 submissions"
+
+
+def _read_slowly(block, seconds):
+    import time
+
+    time.sleep(seconds)
+    return float(block.sum())
+
+
+def test_a_block_read_through_a_memory_manager_cycle_stays_where_it_was(client):
+    """A tra_dask task that reads a fetched copy of a dask block for longer than the
+    memory manager's cycle (2 s): Dask's own policy keeps the copy in use and drops the
+    original; the keeper's policy leaves such a block alone until the task is done,
+    and then drops the copy — the block is on its own worker again (it moved every time
+    before)."""
+    from distributed import wait
+
+    from tra_dask.lowering.keys import task_name
+    from tra_dask.runtime.cluster import _ensure_recorder, _who_has
+
+    assert client.amm.running()  # (Dask's defaults)
+    assert _ensure_recorder(client)
+    home, other = sorted(client.scheduler_info(n_workers=-1)["workers"])[:2]
+    block = client.submit(np.ones, 100_000, workers=[home], pure=False)
+    wait(block)
+    key = (task_name("op", 0, "0123456789"), 0)  # (a tra_dask task's key)
+    read = client.submit(_read_slowly, block, 2.5, key=key, workers=[other], allow_other_workers=False)
+    assert read.result() == 100_000.0
+    assert set(_who_has(client, [block.key])[block.key]) == {home}

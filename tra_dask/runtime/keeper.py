@@ -19,8 +19,12 @@ copies kept (:meth:`TraKeeper.transition`).  Left alone, Dask's Active Memory Ma
 drops one copy of the two at random every 2 s, the original as often as not: a loop
 over persisted dask arrays then found some of its chunks on other workers at every
 submission, and planned each step again (4 workers, Dask's defaults: 1-11 of 128
-chunks moved per step, 0.15-0.27 s of planning a step for a 0.04 s run).  A plan's
-moves are then also the moves it measures on its next submission.
+chunks moved per step, 0.15-0.27 s of planning a step for a 0.04 s run).  And while a
+task reads such a copy, the manager (which keeps the copy in use) would drop the
+original whenever its cycle fell during the read, so the keeper swaps its
+``ReduceReplicas`` for one that leaves those blocks alone until they are read
+(:class:`SparingReduceReplicas`).  A plan's moves are then also the moves it measures
+on its next submission.
 
 It also fails each tra_dask task pinned to the lost worker with :class:`WorkerLeft`
 once Dask has it waiting for a worker that will never come, so that Dask's own calls
@@ -34,6 +38,7 @@ from __future__ import annotations
 import time
 
 import dask
+from distributed.active_memory_manager import ReduceReplicas
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from ..lowering.keys import is_tra_key
@@ -186,6 +191,7 @@ class TraKeeper(SchedulerPlugin):
         from tornado.ioloop import PeriodicCallback
 
         self.scheduler = scheduler
+        _spare_fetched(scheduler, self)
         pc = PeriodicCallback(self.expire, 5000)
         scheduler.periodic_callbacks["tra-dask-keeper-expire"] = pc
         pc.start()
@@ -215,6 +221,43 @@ class TraKeeper(SchedulerPlugin):
         if self.held:
             cut = time.time() - self.seconds
             self.release([k for k, t in self.held.items() if t < cut])
+
+
+def _spare_fetched(scheduler, keeper: TraKeeper) -> None:
+    """Swap the scheduler's memory manager's ``ReduceReplicas`` policies for ones that
+    leave alone the blocks tra_dask tasks fetched and have not finished reading
+    (``keeper.fetched``: the keeper drops those copies itself when they are read).
+    Otherwise the manager, which keeps the copy a running task reads, drops the
+    original of such a block whenever its cycle falls during the read — always, for a
+    task that reads for longer than the cycle (2 s)."""
+    amm = getattr(scheduler, "extensions", {}).get("amm")
+    if amm is None:
+        return
+    for policy in list(amm.policies):
+        if type(policy) is ReduceReplicas:
+            amm.policies.discard(policy)
+            amm.add_policy(SparingReduceReplicas(keeper))
+
+
+class SparingReduceReplicas(ReduceReplicas):
+    """Dask's ``ReduceReplicas``, except for the blocks tra_dask tasks are reading from
+    copies they fetched (:func:`_spare_fetched`)."""
+
+    def __init__(self, keeper):
+        self.keeper = keeper
+
+    def run(self):
+        fetched = self.keeper.fetched
+        got = super().run()
+        try:
+            suggestion = next(got)
+            while True:
+                if suggestion.ts.key in fetched:
+                    suggestion = next(got)
+                else:
+                    suggestion = got.send((yield suggestion))
+        except StopIteration:
+            return
 
 
 def _may_run_on(ts, addr: str) -> bool:
