@@ -10,7 +10,7 @@ A few seconds of measurements on the cluster itself (runtime layer: it talks to
   add into an array it has (``"elementwise"``, elements/s: the result's new array
   is the new-memory term's) for a window, and the throughput over the window counts
   (work done / time taken); each window's mean over a host's workers (they ran it
-  at once: the host's rate per worker), the median over hosts.  Then one worker of each host
+  at once: the host's rate per worker), the median over the workers.  Then one worker of each host
   with several runs the large product and the add again while the host's others
   idle (``rates_alone``, where that is faster: the rates of a plan that keeps one
   worker of a host busy);
@@ -130,14 +130,12 @@ def _kernel_rates(sizes=(64, 512), elems: int = 2_000_000, seconds: float = 0.3,
 
     rng = _np.random.default_rng(0)
     x, y, z = rng.random(elems), rng.random(elems), _np.empty(elems)
-    at = [start]  # when the next probe's windows begin (None: as soon as it is called)
+    at = [start]  # when the next probe's windows begin (None: the first as soon as it is called)
 
     def probe(fn, work, window):
         fn()  # untimed, once: the windows that follow run warm, one after the other
         w = window / REPEATS
-        if at[0] is None:
-            return [_throughput(fn, work, w, warm=False) for _ in range(REPEATS)]
-        begin = at[0]
+        begin = time.time() if at[0] is None else at[0]
         at[0] = begin + window + SYNC_MARGIN
         if begin > time.time():
             time.sleep(begin - time.time())
@@ -187,11 +185,9 @@ def host_rate(per_worker: dict, key: str, host_of: dict) -> tuple[float, float]:
     ...           "k", {"a": "h", "b": "h", "c": "h"})
     (2.0, 1.0)
     """
-    by_host: dict = {}
-    for w, r in per_worker.items():
-        by_host.setdefault(host_of[w], []).append(r[key])
     rates, spread = [], 1.0
-    for windows in by_host.values():
+    for ws in _by_host(list(per_worker), [host_of[w] for w in per_worker]).values():
+        windows = [per_worker[w][key] for w in ws]
         n = min(len(w) for w in windows)  # (the windows every worker of the host ran)
         rate, disagree = quiet_reading(np.mean([w[:n] for w in windows], axis=0))
         rates += [rate] * len(windows)

@@ -98,11 +98,10 @@ class TraKeeper(SchedulerPlugin):
             self._note_fetches(key)
         elif start == "processing" and key in self.running:
             self._drop_fetched(key, self.running.pop(key))  # (done, failed or released: read or not needed)
-        if start == "memory":  # a block released: nothing fetched of it is left to drop
+        if start == "memory":  # a block released or forgotten: nothing fetched of it is left to drop
             self.fetched.pop(key, None)
         if finish == "forgotten":
             self.failed.pop(key, None)
-            self.fetched.pop(key, None)
         elif finish == "no-worker" and is_tra_key(key) and key not in self.pending:
             import asyncio
 
