@@ -18,6 +18,8 @@ key-level work below is vectorised with numpy so that planning at the paper's sc
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -331,6 +333,16 @@ def unique_inverse(a: np.ndarray, bound: int | None = None):
     return values, inverse.reshape(-1)
 
 
+def zeros_view(n: int) -> np.ndarray:
+    """``n`` zeros (intp) as a read-only view of one: the shape ids of a relation
+    whose chunks all have one shape (the usual case) hold no memory."""
+    return np.broadcast_to(np.zeros(1, dtype=np.intp), (n,))
+
+
+def _is_zeros_view(a: np.ndarray) -> bool:
+    return a.ndim == 1 and len(a) > 0 and a.strides == (0,) and int(a[0]) == 0
+
+
 def unique_first_inverse(a: np.ndarray, bound: int | None = None):
     """``np.unique(a, return_index=True, return_inverse=True)`` for non-negative ints:
     by counting when ``bound`` (> every value) is not much larger than ``len(a)``
@@ -515,7 +527,9 @@ class RelationType:
             raise ValueError(f"RelationType: chunks of different ranks {sorted(set(shapes))}")
         # one table entry per distinct shape in use, renumbered; an empty relation keeps
         # its shape table, so it still knows its chunk rank and dtype
-        if len(shape_ids):
+        if shapes and _is_zeros_view(shape_ids):  # every chunk of shape 0: nothing to check or renumber
+            shapes = (shapes[0],)
+        elif len(shape_ids):
             if shape_ids.min() < 0:
                 raise ValueError("RelationType: shape ids must be non-negative")
             shape_ids, shapes = _renumber_shapes(shape_ids, shapes)
@@ -538,8 +552,12 @@ class RelationType:
                     if order is not None:
                         keys, shape_ids, codes = keys[order], shape_ids[order], codes[order]
                 memo["index"] = _KeyIndex(bases, codes, None)
+                if memo["index"].dense:
+                    keys = _shared_grid(bases, keys)
         keys.setflags(write=False)
         shape_ids = shape_ids.reshape(-1)
+        if len(shapes) == 1 and len(shape_ids) and not _is_zeros_view(shape_ids):
+            shape_ids = zeros_view(len(shape_ids))  # (one shape: every id is 0)
         shape_ids.setflags(write=False)
         self.keys = keys
         self.shape_ids = shape_ids
@@ -762,6 +780,27 @@ def _renumber_shapes(shape_ids: np.ndarray, shapes) -> tuple[np.ndarray, tuple]:
         lut[used] = remap
         shape_ids = lut[shape_ids]
     return shape_ids, tuple(distinct)
+
+
+_GRIDS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+_GRIDS_LOCK = threading.Lock()
+
+
+def _shared_grid(bases: tuple, keys: np.ndarray) -> np.ndarray:
+    """``keys``, which are every key below the frontier ``bases`` in order, or the one
+    array of those keys already held (read-only) by another relation: the 3-D
+    multiply's operand replicas and its join are three relations of the same 10^7
+    keys."""
+    if len(keys) < 1 << 16:
+        return keys
+    with _GRIDS_LOCK:
+        held = _GRIDS.get(bases)
+        if held is not None and held.shape == keys.shape:
+            return held
+        if keys.base is None and keys.flags.c_contiguous:
+            keys.setflags(write=False)
+            _GRIDS[bases] = keys
+    return keys
 
 
 class _KeyIndex:

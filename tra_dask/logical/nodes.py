@@ -24,7 +24,8 @@ from ..keys import KeyFn, Predicate
 from ..node import Node, toposort
 from ..viz import relation_html
 from ..types import (ArrayType, Key, RelationType, Shape, mixed_radix_cols, check_size, encode_rows, join_codes,
-                     key_codes, lexsort_rows, max_tuples, pair_count, unique, unique_first_inverse)
+                     key_codes, lexsort_rows, max_tuples, pair_count, unique, unique_first_inverse,
+                     zeros_view)
 
 __all__ = ["Relation", "Aggregate", "Join", "Rekey", "Filter", "Transform", "Tile", "Concat", "toposort"]
 
@@ -400,10 +401,10 @@ def join_type(node, strict_ranges: bool = True) -> RelationType:
             keys[:, L.arity + j] = R.keys[:, d][ri]
     ns = len(R.shapes)
     if len(L.shapes) * ns == 1:  # one chunk shape a side: every pair is shape pair 0
-        code = np.zeros(n, dtype=np.int64)
+        uniq, first, inv = (np.zeros(1, np.int64), np.zeros(1, np.intp), zeros_view(n)) if n else \
+            (np.zeros(0, np.int64),) * 3
     else:
-        code = L.shape_ids[li] * ns + R.shape_ids[ri]
-    uniq, first, inv = unique_first_inverse(code, len(L.shapes) * ns)
+        uniq, first, inv = unique_first_inverse(L.shape_ids[li] * ns + R.shape_ids[ri], len(L.shapes) * ns)
     out_shapes, dtypes = [], set()
     for c, f in zip(uniq.tolist(), first.tolist()):
         la, ra = ArrayType(L.shapes[c // ns], L.dtype), ArrayType(R.shapes[c % ns], R.dtype)
@@ -452,7 +453,7 @@ def rekey_type(node) -> RelationType:
             f"{tuple(keys[bad].tolist())}, which has a negative entry; keys are non-negative"
         )
     # one chunk shape: every id is 0 (zeros are not written, a 10^7-copy insert_dim saves a gather)
-    sids = np.zeros(len(rows), dtype=np.intp) if len(t.shapes) == 1 else t.shape_ids[rows]
+    sids = zeros_view(len(rows)) if len(t.shapes) == 1 else t.shape_ids[rows]
     out = RelationType(keys, sids, t.shapes, t.dtype)
     dup = out.duplicates()
     if dup:

@@ -48,6 +48,12 @@ class Layout:
     origin: np.ndarray | None = None
 
     def __post_init__(self):
+        # positions (rows, sites, lineage) of a large layout are held as int32 while
+        # they fit (origins are ids from a process-wide counter: int64)
+        object.__setattr__(self, "rows", _narrow(self.rows))
+        object.__setattr__(self, "sites", _narrow(self.sites))
+        if self.lineage:
+            object.__setattr__(self, "lineage", tuple(_narrow(a) for a in self.lineage))
         if self.origin is None:
             object.__setattr__(self, "origin", fresh(len(self.rows)))
             object.__setattr__(self, "_origins_distinct", True)  # fresh ids are distinct: nothing to check
@@ -73,7 +79,7 @@ class Layout:
 
     def is_all(self, t: RelationType) -> bool:
         return not self.partial and self.ntuples == t.ntuples * self.nsites and len(
-            unique(self.rows * self.nsites + self.sites)
+            unique(_codes(self.rows, self.sites, self.nsites))
         ) == self.ntuples
 
     def origins_distinct(self) -> bool:
@@ -92,6 +98,17 @@ class Layout:
 
     def single_copy(self) -> bool:
         return len(unique(self.rows)) == len(self.rows)
+
+
+NARROW_FROM = 1 << 16  # arrays of positions this long or longer are narrowed (small ones: not worth a pass)
+
+
+def _narrow(a):
+    """``a`` as int32 when it is a long int64 array of positions (or -1) that fit; else ``a``."""
+    if isinstance(a, np.ndarray) and a.dtype == np.int64 and len(a) >= NARROW_FROM and a.ndim == 1:
+        if int(a.max()) < 2**31 - 1 and int(a.min()) >= -1:
+            return a.astype(np.int32)
+    return a
 
 
 _NEXT_ID = 0
@@ -202,9 +219,10 @@ def _broadcast_grid(n: int, s: int) -> tuple[np.ndarray, np.ndarray]:
     one relation from differently placed inputs; kept while one of them lives)."""
     rows, sites = _GRIDS.get((n, s, "rows")), _GRIDS.get((n, s, "sites"))
     if rows is None or sites is None:
-        rows = np.empty(n * s, dtype=np.int64)
+        ix = np.int32 if n * s >= NARROW_FROM and n < 2**31 - 1 else np.int64  # (as Layout narrows them)
+        rows = np.empty(n * s, dtype=ix)
         rows.reshape(n, s)[:] = np.arange(n)[:, None]
-        sites = np.empty(n * s, dtype=np.int64)
+        sites = np.empty(n * s, dtype=ix)
         sites.reshape(n, s)[:] = np.arange(s)
         rows.setflags(write=False)
         sites.setflags(write=False)

@@ -64,6 +64,15 @@ FUSABLE_KINDS = ("kernel", "fold", "concat", "tile")  # local computations: fuse
 # pickle; at this depth a chain is one task per this many steps.
 MAX_FUSED_DEPTH = 64
 _EMPTY = np.zeros(0, dtype=np.int64)
+_EMPTY_CHILD = np.zeros(0, dtype=np.int8)
+
+
+def index_dtype(n: int) -> np.dtype:
+    """The integer type of an array of positions below ``n`` (tuples, tasks, slots):
+    int32 while they fit.  A plan of 10^7-10^8 tuples holds a dozen such arrays per
+    tuple, and halving them halves the planner's memory and the time it spends
+    touching it.  Arithmetic that can exceed ``n`` (codes, sums of ids) widens first."""
+    return np.dtype(np.int32) if n < 2**31 - 1 else np.dtype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -119,13 +128,15 @@ class NodeWork:
         lay = node.layout
         self.node = node
         self.need = np.ones(lay.ntuples, bool) if need is None else np.asarray(need, dtype=bool)
-        self.made_by = np.full(lay.ntuples, -1, dtype=np.int64)
-        self.alias = np.full(lay.ntuples, -1, dtype=np.int64)
+        ix = index_dtype(max(lay.ntuples, max((c.layout.ntuples for c in node.children), default=0)))
+        self.made_by = np.full(lay.ntuples, -1, dtype=ix)  # (task positions: below the tuples)
+        self.alias = np.full(lay.ntuples, -1, dtype=ix)    # (input tuple positions)
         self.resident = False
         self.kind = ""
         self.task_tuple = _EMPTY
         _DERIVE[type(node)](self, node)
-        self.task_site = lay.sites[self.task_tuple]
+        self.task_tuple = self.task_tuple.astype(ix, copy=False)
+        self.task_site = lay.sites[self.task_tuple].astype(index_dtype(lay.nsites), copy=False)
         self._seconds: tuple = (None, None)
 
     def seconds(self, task_seconds) -> np.ndarray:
@@ -290,7 +301,7 @@ def _derive_aggregate(w: NodeWork, node: LocalAggregate):
     members = np.bincount(out_index, minlength=lay.ntuples)
     one = np.flatnonzero(w.need & (members == 1))
     if len(one):  # a group of one is its member: nothing to fold or concatenate
-        member = np.full(lay.ntuples, -1, dtype=np.int64)
+        member = np.full(lay.ntuples, -1, dtype=w.alias.dtype)
         member[out_index] = np.arange(len(out_index))
         w.alias[one] = member[one]
     w.kind = "concat" if isinstance(node.kernel, ConcatAgg) else "fold"
@@ -328,14 +339,17 @@ _DERIVE = {
 # -- per node type: the inputs of each task ----------------------------------------------------------------
 
 
+# a task's inputs: ``in_ptr`` (int64), ``in_child`` (int8: a child position) and
+# ``in_tuple`` (the child's tuple: index_dtype of its tuples)
 def _one_input(w: NodeWork, of: np.ndarray) -> tuple:
     n = len(w.task_tuple)
-    return np.arange(n + 1, dtype=np.int64), np.zeros(n, np.int64), of[w.task_tuple].astype(np.int64)
+    ix = index_dtype(w.node.children[0].layout.ntuples)
+    return np.arange(n + 1, dtype=np.int64), np.zeros(n, np.int8), of[w.task_tuple].astype(ix, copy=False)
 
 
 def _inputs_none(w: NodeWork):
     n = len(w.task_tuple)
-    return np.zeros(n + 1, np.int64), _EMPTY, _EMPTY
+    return np.zeros(n + 1, np.int64), _EMPTY_CHILD, _EMPTY
 
 
 def _inputs_lineage(w: NodeWork):
@@ -345,8 +359,10 @@ def _inputs_lineage(w: NodeWork):
 def _inputs_join(w: NodeWork):
     lp, rp = w.node.layout.lineage
     n = len(w.task_tuple)
-    child = np.tile(np.array([0, 1], dtype=np.int64), n)
-    tup = np.stack([lp[w.task_tuple], rp[w.task_tuple]], axis=1).reshape(-1).astype(np.int64)
+    child = np.tile(np.array([0, 1], dtype=np.int8), n)
+    tup = np.empty(2 * n, dtype=index_dtype(max(w.node.left.layout.ntuples, w.node.right.layout.ntuples)))
+    tup[0::2] = lp[w.task_tuple]
+    tup[1::2] = rp[w.task_tuple]
     return np.arange(0, 2 * n + 1, 2, dtype=np.int64), child, tup
 
 
@@ -371,7 +387,7 @@ def _inputs_aggregate(w: NodeWork):
     ptr = np.zeros(len(t) + 1, dtype=np.int64)
     np.cumsum(n_in, out=ptr[1:])
     at = np.repeat(start[t] - ptr[:-1], n_in) + np.arange(int(ptr[-1]), dtype=np.int64)
-    return ptr, np.zeros(int(ptr[-1]), np.int64), members[at].astype(np.int64)
+    return ptr, np.zeros(int(ptr[-1]), np.int8), members[at].astype(index_dtype(ilay.ntuples), copy=False)
 
 
 _INPUTS = {
@@ -577,14 +593,15 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
     for n in order:
         base[n] = total
         total += work.nodes[n].ntasks
-    prod = _producer_ids(work, base)
+    prod = _producer_ids(work, base, index_dtype(total))
     if not total:
         return Fused.none(), _Producers.of(work, prod, *([_EMPTY] * 6), 0)
     copies: dict = {}
     for (n, t), first in work.via.items():
         copies.setdefault(n, []).append((t, first))
+    ix = index_dtype(total)  # task ids
     fusable = np.zeros(total, bool)
-    site = np.empty(total, np.int64)
+    site = np.empty(total, index_dtype(max(n.nsites for n in order)))
     late = np.zeros(total, bool)      # the task depends on a transfer
     seconds = np.zeros(total)         # what each fusable task runs, alone (fusion.task_seconds)
     slot_c, slot_p = [], []           # every input slot of every task: its reader, its producer (-1: data)
@@ -598,7 +615,7 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
             p = prod[n.children[0]][w.in_tuple]
             for t, first in copies.get(n, ()):
                 p[t] = base[first[0]] + first[1]
-            slot_c.append(np.arange(b, b + m, dtype=np.int64))
+            slot_c.append(np.arange(b, b + m, dtype=ix))
             slot_p.append(p)
             slot_node.append((b, m))
             continue
@@ -607,7 +624,7 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
             seconds[b:b + m] = w.seconds(fusion.task_seconds)
         if not len(w.in_tuple):
             continue
-        reader, p = _slots(w, b, [prod[kid] for kid in n.children])
+        reader, p = _slots(w, b, [prod[kid] for kid in n.children], ix)
         late[b:b + m] = np.bincount(reader[p >= 0] - b, weights=late[p[p >= 0]], minlength=m) > 0
         slot_c.append(reader)
         slot_p.append(p)
@@ -618,7 +635,7 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
             prod[o][result_copies(o.layout, o.type.ntuples)]
         result[r[r >= 0]] = True
     work_in = seconds  # a task's seconds with those of the tasks fused into it
-    depth = np.zeros(total, np.int64)  # how deep the calls fused into a task nest
+    depth = np.zeros(total, np.int16)  # how deep the calls fused into a task nest (at most MAX_FUSED_DEPTH)
     if not slot_c:  # no task reads another (sources only)
         readers = np.zeros(total, np.int64)
         return Fused.none(), _Producers.of(work, prod, site, fusable, late, work_in, depth, readers, 0)
@@ -692,15 +709,15 @@ class Fused(Mapping):
         return self._counts
 
 
-def _slots(w: NodeWork, b: int, child_prod: list) -> tuple:
+def _slots(w: NodeWork, b: int, child_prod: list, ix=np.int64) -> tuple:
     """``(reader, producer)`` of every input slot of ``w``'s tasks (global ids from
-    ``b``), in call order: ``child_prod[c]`` maps child ``c``'s tuples to the ids of
-    the tasks that make them (-1: data)."""
+    ``b``, of type ``ix``), in call order: ``child_prod[c]`` maps child ``c``'s tuples
+    to the ids of the tasks that make them (-1: data)."""
     ptr = w.in_ptr
-    reader = np.repeat(np.arange(b, b + w.ntasks, dtype=np.int64), np.diff(ptr))
+    reader = np.repeat(np.arange(b, b + w.ntasks, dtype=ix), np.diff(ptr))
     if len(child_prod) == 1:
         return reader, child_prod[0][w.in_tuple]
-    p = np.empty(len(w.in_tuple), np.int64)
+    p = np.empty(len(w.in_tuple), ix)
     for c, ids in enumerate(child_prod):
         at = w.in_child == c
         p[at] = ids[w.in_tuple[at]]
@@ -873,7 +890,7 @@ class FusedCounts:
         prod = np.full(node.layout.ntuples, -1, np.int64)
         made = w.made_by >= 0
         if m:
-            prod[made] = b + w.made_by[made]
+            prod[made] = w.made_by[made].astype(np.int64) + b
         al = ~made & (w.alias >= 0)
         if al.any():
             prod[al] = child_prod[0][w.alias[al]]
@@ -895,17 +912,18 @@ class FusedCounts:
                                      nodes | {node} if m else nodes, codes, False)
 
 
-def _producer_ids(work: PlanWork, base: dict) -> dict:
-    """``{node: ids}``: for each physical tuple of ``node``, the global id of the task
-    that makes it (its own task, or through an alias its input's), -1 for data (a
-    scattered or resident chunk) or a tuple the plan does not need."""
+def _producer_ids(work: PlanWork, base: dict, ix=np.int64) -> dict:
+    """``{node: ids}``: for each physical tuple of ``node``, the global id (of type
+    ``ix``: every id fits) of the task that makes it (its own task, or through an
+    alias its input's), -1 for data (a scattered or resident chunk) or a tuple the
+    plan does not need."""
     out: dict = {}
     for n in work.order:
         w = work.nodes[n]
-        ids = np.full(len(w.made_by), -1, np.int64)
+        ids = np.full(len(w.made_by), -1, ix)
         made = w.made_by >= 0
         if w.kind in TASK_KINDS and w.ntasks:
-            ids[made] = base[n] + w.made_by[made]
+            ids[made] = np.add(w.made_by[made], base[n], dtype=ix)
         al = ~made & (w.alias >= 0)
         if al.any():
             ids[al] = out[n.children[0]][w.alias[al]]
