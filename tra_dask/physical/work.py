@@ -604,31 +604,37 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
     site = np.empty(total, index_dtype(max(n.nsites for n in order)))
     late = np.zeros(total, bool)      # the task depends on a transfer
     seconds = np.zeros(total)         # what each fusable task runs, alone (fusion.task_seconds)
-    slot_c, slot_p = [], []           # every input slot of every task: its reader, its producer (-1: data)
-    slot_node = []                    # (first task id, tasks) of the node whose tasks read each slot_c entry
+    readers = np.zeros(total, np.int64)  # the input slots that read each task
+    readable = []                     # the nodes whose tasks may take an input in
+    # two passes over the input slots, node by node (a plan's largest arrays: a 3-D
+    # multiply's join has two per join tuple), so one node's are held at a time:
+    # the first counts each task's readers and whether it waits on a transfer, the
+    # second (in plan order: fused inputs decided first) fuses
     for n in order:
         w = work.nodes[n]
         b, m = base[n], w.ntasks
         site[b:b + m] = w.task_site
-        if w.kind == "transfer":  # one input each (its child's tuple); a copy reads the first transfer
+        if w.kind == "transfer":
             late[b:b + m] = True
-            p = prod[n.children[0]][w.in_tuple]
-            for t, first in copies.get(n, ()):
-                p[t] = base[first[0]] + first[1]
-            slot_c.append(np.arange(b, b + m, dtype=ix))
-            slot_p.append(p)
-            slot_node.append((b, m))
+        else:
+            fusable[b:b + m] = w.kind in FUSABLE_KINDS
+            if fusable[b] and fusion.task_seconds is not None:
+                seconds[b:b + m] = w.seconds(fusion.task_seconds)
+        slots = _node_slots(n, w, b, prod, copies, base, ix)
+        if slots is None:
             continue
-        fusable[b:b + m] = w.kind in FUSABLE_KINDS
-        if fusable[b] and fusion.task_seconds is not None:
-            seconds[b:b + m] = w.seconds(fusion.task_seconds)
-        if not len(w.in_tuple):
-            continue
-        reader, p = _slots(w, b, [prod[kid] for kid in n.children], ix)
-        late[b:b + m] = np.bincount(reader[p >= 0] - b, weights=late[p[p >= 0]], minlength=m) > 0
-        slot_c.append(reader)
-        slot_p.append(p)
-        slot_node.append((b, m))
+        reader, p = slots
+        p = p[p >= 0] if w.kind == "transfer" else p
+        if w.kind != "transfer":
+            ok = p >= 0
+            late[b:b + m] = np.bincount(reader[ok] - b, weights=late[p[ok]], minlength=m) > 0
+            p = p[ok]
+            if fusable[b]:
+                readable.append(n)
+        if len(p):
+            got = np.bincount(p)
+            readers[:len(got)] += got
+        del reader, p, slots
     result = np.zeros(total, bool)
     for o in work.outputs:
         r = prod[o][work.need[o]] if work.masks is not None and o in work.masks else \
@@ -636,23 +642,37 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
         result[r[r >= 0]] = True
     work_in = seconds  # a task's seconds with those of the tasks fused into it
     depth = np.zeros(total, np.int16)  # how deep the calls fused into a task nest (at most MAX_FUSED_DEPTH)
-    if not slot_c:  # no task reads another (sources only)
-        readers = np.zeros(total, np.int64)
-        return Fused.none(), _Producers.of(work, prod, site, fusable, late, work_in, depth, readers, 0)
-    bounds = np.cumsum([0] + [len(c) for c in slot_c]).tolist()
-    sc, sp = np.concatenate(slot_c), np.concatenate(slot_p)
-    del slot_c, slot_p  # (one copy of the slots at a time: a plan's largest arrays)
-    ok = sp >= 0
-    readers = np.bincount(sp[ok], minlength=total)
-    spc = np.where(ok, sp, 0)
-    late_in = np.bincount(sc[ok], weights=late[spc[ok]], minlength=total)  # late input slots of each reader
-    cand, on_time = _candidates(sc, spc, ok, fusable, readers, result, site, late, late_in[sc])
-    del ok, late_in
-    for lo, hi, (b, m) in zip(bounds[:-1], bounds[1:], slot_node):  # in plan order: fused inputs decided first
-        cand[lo:hi] = _fuse_into(sc[lo:hi], spc[lo:hi], cand[lo:hi], on_time[lo:hi], b, m, site, work_in, depth,
-                                 fusion)
-    into = Fused(order, np.array([base[n] for n in order], np.int64), sp[cand], sc[cand])
+    producers, into_readers = [], []
+    for n in readable:
+        w = work.nodes[n]
+        b, m = base[n], w.ntasks
+        sc, sp = _node_slots(n, w, b, prod, copies, base, ix)
+        ok = sp >= 0
+        spc = np.where(ok, sp, 0)
+        late_in = np.bincount(sc[ok] - b, weights=late[spc[ok]], minlength=m).astype(np.int32)  # late slots per reader
+        cand, on_time = _candidates(sc, spc, ok, fusable, readers, result, site, late, late_in[sc - b])
+        del ok, late_in
+        here = _fuse_into(sc, spc, cand, on_time, b, m, site, work_in, depth, fusion)
+        producers.append(spc[here])
+        into_readers.append(sc[here])
+        del sc, sp, spc, cand, on_time, here
+    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, ix))
+    into = Fused(order, np.array([base[n] for n in order], np.int64), cat(producers), cat(into_readers))
     return into, _Producers.of(work, prod, site, fusable, late, work_in, depth, readers, len(into))
+
+
+def _node_slots(n: PNode, w: NodeWork, b: int, prod: dict, copies: dict, base: dict, ix) -> "tuple | None":
+    """``(reader, producer)`` global ids of every input slot of ``n``'s tasks (ids from
+    ``b``; producer -1: data), None for tasks with no input.  A transfer reads its
+    child's tuple; a copy reads the first transfer of its array (``copies``)."""
+    if w.kind == "transfer":
+        p = prod[n.children[0]][w.in_tuple]
+        for t, first in copies.get(n, ()):
+            p[t] = base[first[0]] + first[1]
+        return np.arange(b, b + w.ntasks, dtype=ix), p
+    if not len(w.in_tuple):
+        return None
+    return _slots(w, b, [prod[kid] for kid in n.children], ix)
 
 
 class Fused(Mapping):
