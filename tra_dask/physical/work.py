@@ -49,7 +49,7 @@ import numpy as np
 from ..kernels import flop_factor
 from ..logical.sources import ClusterSource, FromFunction
 from ..node import toposort
-from ..types import first_of_each, unique
+from ..types import first_of_each, sorting_permutation, unique
 from .demand import child_demand, demand, mask_digest, result_copies
 from .nodes import (Broadcast, ConcatAgg, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PNode, PSource, Shuffle,
                     TileMap)
@@ -370,8 +370,15 @@ def _inputs_aggregate(w: NodeWork):
     node = w.node
     (out_index,) = node.layout.lineage
     ilay, it = node.input.layout, node.input.type
-    # fold in key order, so a non-commutative kernel folds as the reference evaluator does
-    order = np.lexsort(tuple(it.keys[ilay.rows].T[::-1])) if it.arity else np.arange(ilay.ntuples)
+    # fold in key order, so a non-commutative kernel folds as the reference evaluator does:
+    # a type's keys are sorted, so where they are distinct a tuple's row is its key's rank
+    if not it.arity:
+        order = np.arange(ilay.ntuples)
+    elif it._memo.get("distinct"):
+        order = sorting_permutation(ilay.rows)
+        order = np.arange(ilay.ntuples) if order is None else order
+    else:
+        order = np.lexsort(tuple(it.keys[ilay.rows].T[::-1]))
     if isinstance(node.kernel, ConcatAgg):  # concatenate in key_dim order (stable: key order within)
         kd = it.keys[ilay.rows[order], node.kernel.key_dim]
         order = order[np.argsort(kd, kind="stable")]
@@ -379,7 +386,8 @@ def _inputs_aggregate(w: NodeWork):
     grp = out_index[order]
     order = order[grp >= 0]
     grp = grp[grp >= 0]
-    members = order[np.argsort(grp, kind="stable")]
+    by_group = sorting_permutation(grp)
+    members = order if by_group is None else order[by_group]
     count = np.bincount(grp, minlength=int(node.layout.ntuples))
     start = np.cumsum(count) - count
     t = w.task_tuple
@@ -627,8 +635,8 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
         p = p[p >= 0] if w.kind == "transfer" else p
         if w.kind != "transfer":
             ok = p >= 0
-            late[b:b + m] = np.bincount(reader[ok] - b, weights=late[p[ok]], minlength=m) > 0
             p = p[ok]
+            late[reader[ok][late[p]]] = True  # (a task reading a late task is late)
             if fusable[b]:
                 readable.append(n)
         if len(p):
@@ -649,7 +657,7 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
         sc, sp = _node_slots(n, w, b, prod, copies, base, ix)
         ok = sp >= 0
         spc = np.where(ok, sp, 0)
-        late_in = np.bincount(sc[ok] - b, weights=late[spc[ok]], minlength=m).astype(np.int32)  # late slots per reader
+        late_in = np.bincount(sc[ok & late[spc]] - b, minlength=m).astype(np.int32)  # late slots per reader
         cand, on_time = _candidates(sc, spc, ok, fusable, readers, result, site, late, late_in[sc - b])
         del ok, late_in
         here = _fuse_into(sc, spc, cand, on_time, b, m, site, work_in, depth, fusion)
