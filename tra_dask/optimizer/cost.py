@@ -166,8 +166,11 @@ def _largest_chunk(node: PNode) -> int:
     return int(t.shape_sizes.max()) * t.dtype.itemsize if len(t.shapes) else 0
 
 
-def node_cost(node: PNode, model: str = "exact", need: dict | None = None) -> NodeCost:
-    """Cost of one node; ``need`` is the plan's demand (default: every tuple)."""
+def node_cost(node: PNode, model: str = "exact", need: dict | None = None, *, works: dict | None = None,
+              digest: bytes | None = None) -> NodeCost:
+    """Cost of one node; ``need`` is the plan's demand (default: every tuple).
+    ``works``: a dict of node works by ``(node, digest of its demand)`` to take the
+    node's from, or put it in (a caller that derives the plan's work next shares them)."""
     if model not in COST_MODELS:
         raise ValueError(f"unknown cost_model {model!r}; valid: {', '.join(COST_MODELS)}")
     if need is None:
@@ -177,7 +180,14 @@ def node_cost(node: PNode, model: str = "exact", need: dict | None = None) -> No
     # into it, which the lowering makes one at a time: conservative there)
     peak = held + sum((_bytes_per_site(c, need[c]) for c in node.children), np.zeros(node.nsites, dtype=np.int64))
     floats = _floats_moved(node, model, need[node])
-    ntasks, per_site, recv, send, made, flops = _tasks(node, need[node])
+    if works is None:
+        w = node_work(node, need[node])
+    else:
+        key = (node, mask_digest(need[node]) if digest is None else digest)
+        w = works.get(key)
+        if w is None:
+            w = works[key] = node_work(node, need[node])
+    ntasks, per_site, recv, send, made, flops = _tasks(w)
     if per_site is not None and ntasks:
         # a running task also holds copies in flight: a chunk arriving is a buffer before
         # it is an array, a kernel's result is a temporary before it is stored (measured:
@@ -188,14 +198,15 @@ def node_cost(node: PNode, model: str = "exact", need: dict | None = None) -> No
                     flops, ntasks, per_site, recv, send, made)
 
 
-def _tasks(node: PNode, need: np.ndarray) -> tuple:
+def _tasks(w) -> tuple:
     """Tasks the lowering makes for this node — :mod:`tra_dask.physical.work`'s
     derivation, which the lowering emits as is (one task per array the node creates;
     aliases, copies of one kernel call and one transfer share one) — in all and per
     site, for a move the floats each site receives and sends, the bytes of the
     arrays the tasks make on each site (one per task: its first tuple's chunk) and
-    the flops its kernels run on each site — the time model's inputs."""
-    w = node_work(node, need)
+    the flops its kernels run on each site — the time model's inputs (of the node's
+    work ``w``)."""
+    node = w.node
     s = node.nsites
     per_site = np.bincount(w.task_site, minlength=s) if w.ntasks else np.zeros(s, np.int64)
     recv = send = None
@@ -210,18 +221,22 @@ def _tasks(node: PNode, need: np.ndarray) -> tuple:
 
 def chunk_bytes(node: PNode, tuples: np.ndarray) -> np.ndarray:
     """Bytes of the chunk of each of the node's physical ``tuples``."""
-    return node.type.chunk_sizes[node.layout.rows[tuples]] * float(node.type.dtype.itemsize)
+    t = node.type
+    if len(t.shapes) == 1:  # one chunk size: no gather
+        return np.full(len(tuples), float(t.shape_sizes[0]) * t.dtype.itemsize)
+    return t.chunk_sizes[node.layout.rows[tuples]] * float(t.dtype.itemsize)
 
 
 _MEMO_PER_NODE = 64  # demand patterns remembered per node
 
 
-def _node_cost_memo(node: PNode, model: str, need: dict, digests: dict | None = None) -> NodeCost:
+def _node_cost_memo(node: PNode, model: str, need: dict, digests: dict | None = None,
+                    works: dict | None = None) -> NodeCost:
     """``node_cost`` remembered on the node itself, per (model, demand on the node and
     its children): the search re-costs shared subtrees.  Kept on the node so that it
     lives exactly as long as the node does.  ``digests``: ``_digest`` of each node's
     demand, when the caller has them (a plan digests each mask once, not once per
-    node that reads it)."""
+    node that reads it); ``works``: as :func:`node_cost`'s."""
     memo = node.__dict__.get("_cost_memo")
     if memo is None:
         memo = {}
@@ -232,29 +247,32 @@ def _node_cost_memo(node: PNode, model: str, need: dict, digests: dict | None = 
         key = (model, digests[node], tuple(digests[c] for c in node.children))
     hit = memo.get(key)
     if hit is None:
-        hit = node_cost(node, model, need)
+        hit = node_cost(node, model, need, works=works, digest=key[1])
         if len(memo) >= _MEMO_PER_NODE:
             memo.pop(next(iter(memo)))
         memo[key] = hit
     return hit
 
 
-def plan_cost(outputs, model: str = "exact", *, whole: bool = False, masks: dict | None = None) -> Cost:
+def plan_cost(outputs, model: str = "exact", *, whole: bool = False, masks: dict | None = None,
+              works: dict | None = None) -> Cost:
     """Cost of the plan whose results are ``outputs`` (shared nodes counted once).
     ``whole``: the cost of delivering every tuple of the outputs (the search's cost
     of a subplan), not one copy of each key (a result); ``masks``: ``{output: the
-    tuples of it needed}`` instead (a subplan under its reader's demand)."""
-    return _plan_cost(outputs, model, whole, masks)[0]
+    tuples of it needed}`` instead (a subplan under its reader's demand); ``works``:
+    a dict that keeps the node works derived, by ``(node, demand digest)``, for
+    :func:`~tra_dask.physical.plan_work` to reuse."""
+    return _plan_cost(outputs, model, whole, masks, works)[0]
 
 
-def _plan_cost(outputs, model: str, whole: bool, masks: dict | None) -> tuple:
+def _plan_cost(outputs, model: str, whole: bool, masks: dict | None, works: dict | None = None) -> tuple:
     """``(plan_cost(...), spans)``; ``spans``: ``{Broadcast/Shuffle node: (lo, hi,
     digest)}``, the code range (``array * sites + destination``) of the moves each
     counts, and the digest of its demand (its moves are remembered under it)."""
     nodes = toposort(outputs)
     need = demand(outputs, whole=whole or masks is not None, order=nodes, masks=masks)
     digests = {n: mask_digest(need[n]) for n in nodes}  # each mask once (a node's is read by its parents too)
-    per = {n: _node_cost_memo(n, model, need, digests) for n in nodes}
+    per = {n: _node_cost_memo(n, model, need, digests, works) for n in nodes}
     spans = {}
     if model == "exact":
         per, spans = _one_transfer_per_array_and_site(nodes, need, per, digests)

@@ -104,8 +104,9 @@ def optimize(expr, target=None, cost_model: str | None = None, memory_limit=None
     if opts.sketch and until != "compile":
         sources = [n for n in toposort(outputs) if isinstance(n, Source)]
         sk = make_sketch(outputs, sites, _resolve_placements(placements, sources, sites))
+    works = {}  # the node works of full-size plans, derived once for their cost and their fusion
     if sk is not None:
-        res = _search_sketch(expr, outputs, sk, sites, cost_model, obj, opts, rules, stages)
+        res = _search_sketch(expr, outputs, sk, sites, cost_model, obj, opts, rules, stages, works)
     if res is None:
         stages.clear()
         t0 = time.perf_counter()
@@ -131,7 +132,7 @@ def optimize(expr, target=None, cost_model: str | None = None, memory_limit=None
     if until == "check":
         return Plan(res.best, rebuild, sites, cost_model, expr, cost=res.best_cost, stages=stages)
     timed = obj if hasattr(obj, "annotate") else FastestTime(cluster=cluster)  # seconds are always reported
-    fuse = _Fuser(timed, fusion_for(timed.spec(sites)), sites, cost_model, rebuild, expr)
+    fuse = _Fuser(timed, fusion_for(timed.spec(sites)), sites, cost_model, rebuild, expr, works if works else None)
 
     chosen, chosen_cost = res.best, res.best_cost
     if isinstance(obj, FastestTime):  # fusion removes tasks the search counted: the fastest fused plan
@@ -143,8 +144,10 @@ def optimize(expr, target=None, cost_model: str | None = None, memory_limit=None
         if note:
             stages.append(Stage("traffic", None, time.perf_counter() - t0, note))
 
-    alternatives = Alternatives(chosen, [(res.best, res.best_cost), *res.alternatives], fuse)
-    return fuse.plan(chosen, chosen_cost, compiled=compiled, search=res, alternatives=alternatives, stages=stages)
+    plan = fuse.plan(chosen, chosen_cost, compiled=compiled, search=res, stages=stages,
+                     alternatives=Alternatives(chosen, [(res.best, res.best_cost), *res.alternatives], fuse))
+    fuse.chosen()
+    return plan
 
 
 def searched_alike(plan, made_with, wanted) -> bool:
@@ -279,16 +282,24 @@ class _Fuser:
     their costs counting only the tasks that remain, with seconds under ``timed``;
     each plan's fusion derived once."""
 
-    def __init__(self, timed, fusion, sites, cost_model, rebuild, expr):
+    def __init__(self, timed, fusion, sites, cost_model, rebuild, expr, node_works: dict | None = None):
         self.timed, self.fusion, self.sites, self.cost_model = timed, fusion, sites, cost_model
         self.rebuild, self.expr = rebuild, expr
         self.works: dict = {}  # id(outputs) -> their work
+        # node works the exact costs of full-size plans derived (a replay's), reused by
+        # their fusion; forgotten once the plan is chosen (:meth:`chosen`)
+        self.node_works = node_works
 
     def work(self, outs):
         w = self.works.get(id(outs))
         if w is None:
-            w = self.works[id(outs)] = plan_work(outs, fusion=self.fusion)
+            w = self.works[id(outs)] = plan_work(outs, fusion=self.fusion, works=self.node_works)
         return w
+
+    def chosen(self) -> "_Fuser":
+        """Done choosing: the node works kept for reuse are let go (the plans' works hold theirs)."""
+        self.node_works = None
+        return self
 
     def cost(self, outs, cost):
         n = len(self.work(outs).into)
@@ -345,9 +356,11 @@ def _search_note(res: SearchResult) -> str:
             + (" (budget exhausted)" if res.truncated else ""))
 
 
-def _search_sketch(expr, outputs, sk, sites, cost_model, obj, opts, rules, stages) -> SearchResult | None:
+def _search_sketch(expr, outputs, sk, sites, cost_model, obj, opts, rules, stages,
+                   works: dict | None = None) -> SearchResult | None:
     """Search the sketch, replay its best plans at full size (:mod:`.sketch`); None
-    when no sketch plan replays (the caller then searches at full size)."""
+    when no sketch plan replays (the caller then searches at full size).  ``works``:
+    where the replayed plans' node works are kept (their fusion reuses them)."""
     t0 = time.perf_counter()
     compiled = compile(tuple(sk.outputs), sites, placements=sk.placements, cost_model=cost_model)
     stages.append(Stage("compile", compiled, time.perf_counter() - t0,
@@ -375,7 +388,7 @@ def _search_sketch(expr, outputs, sk, sites, cost_model, obj, opts, rules, stage
                 break
     if not replayed:
         return None
-    costed = sorted(((c, plan_cost(c, cost_model)) for c in replayed), key=lambda oc: obj(oc[1]))
+    costed = sorted(((c, plan_cost(c, cost_model, works=works)) for c in replayed), key=lambda oc: obj(oc[1]))
     best, best_cost = costed[0]
     limit = obj.memory_limit
     if limit is not None and float(best_cost.peak_bytes_per_site.max()) > limit:

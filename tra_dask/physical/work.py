@@ -214,6 +214,8 @@ class NodeWork:
     def task_floats(self) -> np.ndarray:
         """For a move: the elements each task carries."""
         t = self.node.type
+        if len(t.shapes) == 1:  # one chunk size: no gather
+            return np.full(len(self.task_tuple), int(t.shape_sizes[0]), dtype=np.int64)
         return t.chunk_sizes[self.node.layout.rows[self.task_tuple]].astype(np.int64)
 
     @cached_property
@@ -228,10 +230,12 @@ class NodeWork:
         # (real flops: a complex multiply-add counts 4, kernels.flop_factor)
         if isinstance(node, LocalJoin):
             lt, rt = node.left.type, node.right.type
-            lp, rp = (a[self.task_tuple] for a in lay.lineage)
-            ns = len(rt.shapes)
-            pair = lt.shape_ids[node.left.layout.rows[lp]] * ns + rt.shape_ids[node.right.layout.rows[rp]]
             f = flop_factor(node.kernel, (lt.dtype, rt.dtype, node.type.dtype))
+            ns = len(rt.shapes)
+            if len(lt.shapes) * ns == 1:  # one shape pair: every task runs the same kernel call
+                return np.full(n, f * float(node.kernel.flops(lt.shapes[0], rt.shapes[0])))
+            lp, rp = (a[self.task_tuple] for a in lay.lineage)
+            pair = lt.shape_ids[node.left.layout.rows[lp]] * ns + rt.shape_ids[node.right.layout.rows[rp]]
             return f * _per_code(pair, lambda c: node.kernel.flops(lt.shapes[c // ns], rt.shapes[c % ns]))
         if isinstance(node, LocalAggregate):  # a fold: k members, k - 1 calls on the output's shape
             t = node.type
@@ -240,8 +244,10 @@ class NodeWork:
             f = flop_factor(node.kernel, (t.dtype,))
             return f * calls * _per_code(sid, lambda c: node.kernel.flops(t.shapes[c], t.shapes[c]))
         it, ilay = node.input.type, node.input.layout  # a map's kernel: once per input array
-        sid = it.shape_ids[ilay.rows[lay.lineage[0][self.task_tuple]]]
         f = flop_factor(node.op.kernel, (it.dtype, node.type.dtype))
+        if len(it.shapes) == 1:
+            return np.full(n, f * float(node.op.kernel.flops(it.shapes[0])))
+        sid = it.shape_ids[ilay.rows[lay.lineage[0][self.task_tuple]]]
         return f * _per_code(sid, lambda c: node.op.kernel.flops(it.shapes[c]))
 
     def __repr__(self):
