@@ -379,7 +379,8 @@ def join_type(node, strict_ranges: bool = True) -> RelationType:
     rest = [d for d in range(R.arity) if d not in ro]
     arity = L.arity + len(rest)
     if (len(lo) == L.arity and not rest and L.ntuples == R.ntuples
-            and np.array_equal(L.keys[:, list(lo)], R.keys[:, list(ro)])):
+            and ((L.keys is R.keys and lo == ro)
+                 or np.array_equal(L.keys[:, list(lo)], R.keys[:, list(ro)]))):
         # every key dim of both joined and the keys alike, row by row (keys are distinct):
         # each left tuple pairs with the right tuple in its row, and with no other
         li = ri = np.arange(L.ntuples, dtype=np.int64)

@@ -167,7 +167,7 @@ def source_layout(t: RelationType, sites: np.ndarray | None, nsites: int) -> Lay
     """A source on given sites per key, or on all sites (``sites=None``)."""
     if sites is None:
         return broadcast_layout(Layout(nsites, np.arange(t.ntuples), np.zeros(t.ntuples, np.int64)), t, moved=False)
-    return Layout(nsites, np.arange(t.ntuples), np.asarray(sites, dtype=np.int64))
+    return Layout(nsites, iota(t.ntuples), np.asarray(sites, dtype=np.int64))
 
 
 def broadcast_layout(inp: Layout, t: RelationType, moved: bool = True) -> Layout:
@@ -210,6 +210,19 @@ def broadcast_layout(inp: Layout, t: RelationType, moved: bool = True) -> Layout
 
 
 _GRIDS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def iota(n: int) -> np.ndarray:
+    """``np.arange(n)`` as a Layout holds it (int32 when long), read-only and shared by
+    every layout of ``n`` tuples one per row (kept while one of them lives)."""
+    if n < NARROW_FROM:
+        return np.arange(n)
+    got = _GRIDS.get((n, "iota"))
+    if got is None:
+        got = np.arange(n, dtype=np.int32 if n < 2**31 - 1 else np.int64)
+        got.setflags(write=False)
+        _GRIDS[(n, "iota")] = got
+    return got
 
 
 def _broadcast_grid(n: int, s: int) -> tuple[np.ndarray, np.ndarray]:
@@ -260,9 +273,9 @@ def shuffle_layout(inp: Layout, t: RelationType, dest: np.ndarray) -> Layout:
     if inp.partial:  # every partial copy travels to its group's site
         moved = inp.sites != dest[inp.rows]
         d = dest[inp.rows]
-        return Layout(s, inp.rows.copy(), d, True, (np.arange(inp.ntuples),), moved,
+        return Layout(s, inp.rows.copy(), d, True, (iota(inp.ntuples),), moved,
                       _moved_origin(inp.origin, d, moved, s))
-    rows = np.arange(t.ntuples)
+    rows = iota(t.ntuples)
     at_dest = inp.sites == dest[inp.rows]
     src = _first_copy(inp, t.ntuples)
     src[inp.rows[at_dest]] = np.flatnonzero(at_dest)  # a copy already there is used in place
@@ -304,6 +317,9 @@ def _local_pairs(L: Layout, Lt: RelationType, R: Layout, Rt: RelationType, lo, r
     join dims are coded once per key (the types are small), then per physical tuple
     ``key code * sites + site``: no (tuples x dims) matrices."""
     s = L.nsites
+    if _alike(L, Lt, R, Rt, lo, ro):  # every left tuple meets the right tuple in its position, and no other
+        pos = iota(L.ntuples)
+        return pos, pos
     lcode, rcode = key_codes(Lt.keys, lo, Rt.keys, ro)
     bound = max(int(lcode.max()) if len(lcode) else -1, int(rcode.max()) if len(rcode) else -1) + 1
     if bound * s >= 2**62:  # too wide to pack with the site
@@ -317,6 +333,24 @@ def _local_pairs(L: Layout, Lt: RelationType, R: Layout, Rt: RelationType, lo, r
     rc *= s
     rc += R.sites
     return join_codes(lc, rc)
+
+
+def _alike(L: Layout, Lt: RelationType, R: Layout, Rt: RelationType, lo, ro) -> bool:
+    """Whether two layouts joined on every key dim (in order) hold the same keys on the
+    same sites position by position, each key once (rows ``0 .. n-1``): a 3-D
+    multiply's replicas, shuffled onto one grid, found without coding 10^7 tuples."""
+    a = Lt.arity
+    if (Lt.keys is not Rt.keys or tuple(lo) != tuple(range(a)) or tuple(ro) != tuple(range(a))
+            or L.ntuples != Lt.ntuples or R.ntuples != Rt.ntuples or L.ntuples < NARROW_FROM):
+        return False
+    rows_alike = (L.rows is R.rows or np.array_equal(L.rows, R.rows))
+    return rows_alike and _is_iota(L.rows) and (L.sites is R.sites or np.array_equal(L.sites, R.sites))
+
+
+def _is_iota(rows: np.ndarray) -> bool:
+    n = len(rows)
+    return rows is _GRIDS.get((n, "iota")) or (n > 0 and int(rows[0]) == 0 and int(rows[-1]) == n - 1
+                                                and bool(np.all(rows[1:] > rows[:-1])))
 
 
 def _join_rows(lrows, lp, Lt: RelationType, rrows, rp, Rt: RelationType, rest, out_t: RelationType) -> np.ndarray:
