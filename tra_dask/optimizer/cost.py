@@ -222,8 +222,8 @@ def _tasks(w) -> tuple:
 def chunk_bytes(node: PNode, tuples: np.ndarray) -> np.ndarray:
     """Bytes of the chunk of each of the node's physical ``tuples``."""
     t = node.type
-    if len(t.shapes) == 1:  # one chunk size: no gather
-        return np.full(len(tuples), float(t.shape_sizes[0]) * t.dtype.itemsize)
+    if len(t.shapes) == 1:  # one chunk size: a read-only view of one value
+        return np.broadcast_to(float(t.shape_sizes[0]) * t.dtype.itemsize, (len(tuples),))
     return t.chunk_sizes[node.layout.rows[tuples]] * float(t.dtype.itemsize)
 
 

@@ -395,8 +395,12 @@ def kernel_seconds(node, flops, made, tasks, spec: ClusterSpec, threads: int = 1
 def task_seconds(w, spec: ClusterSpec) -> np.ndarray:
     """Seconds each task of a node's work (:class:`~tra_dask.physical.work.NodeWork`)
     runs on one worker thread: :func:`kernel_seconds` of one task."""
-    made = chunk_bytes(w.node, w.task_tuple)
-    return kernel_seconds(w.node, w.task_flops, made, np.ones(len(made)), spec)
+    made, flops = chunk_bytes(w.node, w.task_tuple), w.task_flops
+    n = len(made)
+    if n > 1 and made.strides == (0,) and flops.strides == (0,):  # every task alike: one value, as a view
+        one = kernel_seconds(w.node, flops[:1], made[:1], np.ones(1), spec)
+        return np.broadcast_to(np.asarray(one, dtype=np.float64).reshape(-1)[:1], (n,)).reshape(n)
+    return kernel_seconds(w.node, flops, made, np.ones(n), spec)
 
 
 def fusion_for(spec: ClusterSpec) -> Fusion:

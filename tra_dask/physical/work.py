@@ -129,8 +129,10 @@ class NodeWork:
         self.node = node
         self.need = np.ones(lay.ntuples, bool) if need is None else np.asarray(need, dtype=bool)
         ix = index_dtype(max(lay.ntuples, max((c.layout.ntuples for c in node.children), default=0)))
-        self.made_by = np.full(lay.ntuples, -1, dtype=ix)  # (task positions: below the tuples)
-        self.alias = np.full(lay.ntuples, -1, dtype=ix)    # (input tuple positions)
+        # (task positions, input tuple positions: below the tuples; -1 everywhere is a
+        # read-only view of one -1, made writable by the first write: _own)
+        self.made_by = np.broadcast_to(np.array(-1, dtype=ix), (lay.ntuples,))
+        self.alias = self.made_by
         self.resident = False
         self.kind = ""
         self.task_tuple = _EMPTY
@@ -149,6 +151,21 @@ class NodeWork:
         return got
 
     # -- the task list ---------------------------------------------------------------------------------
+    def _own(self, name: str) -> np.ndarray:
+        """``made_by`` or ``alias``, writable (a copy of the shared -1s on first write)."""
+        a = getattr(self, name)
+        if not a.flags.writeable:
+            a = np.full(len(a), -1, dtype=a.dtype)
+            setattr(self, name, a)
+        return a
+
+    def _aliases(self, of: np.ndarray):
+        """The needed tuples are the input's tuples ``of`` (the others: none)."""
+        if self.need.all():
+            self.alias = of.astype(self.alias.dtype, copy=False)
+        else:
+            self._own("alias")[self.need] = of[self.need]
+
     def _one_task_per_needed(self, kind: str):
         self._one_task_each(kind, np.flatnonzero(self.need))
 
@@ -156,7 +173,10 @@ class NodeWork:
         """Each of the tuples ``idx`` (ascending) is made by a task of its own."""
         self.kind = kind
         self.task_tuple = idx
-        self.made_by[idx] = np.arange(len(idx))
+        if len(idx) == len(self.made_by):  # every tuple: tuple i is task i
+            self.made_by = np.arange(len(idx), dtype=self.made_by.dtype)
+        else:
+            self._own("made_by")[idx] = np.arange(len(idx))
 
     def _one_task_per_group(self, kind: str, code: np.ndarray, idx: np.ndarray):
         """Tuples ``idx`` with equal ``code`` share one task, named by the first."""
@@ -166,7 +186,7 @@ class NodeWork:
         first_of = first_of_each(code)  # each tuple's group, named by its first tuple's position
         is_first = first_of == np.arange(len(code))
         self.task_tuple = idx[is_first]  # tasks in tuple order
-        self.made_by[idx] = (np.cumsum(is_first) - 1)[first_of]
+        self._own("made_by")[idx] = (np.cumsum(is_first) - 1)[first_of]
 
     @property
     def ntasks(self) -> int:
@@ -232,8 +252,8 @@ class NodeWork:
             lt, rt = node.left.type, node.right.type
             f = flop_factor(node.kernel, (lt.dtype, rt.dtype, node.type.dtype))
             ns = len(rt.shapes)
-            if len(lt.shapes) * ns == 1:  # one shape pair: every task runs the same kernel call
-                return np.full(n, f * float(node.kernel.flops(lt.shapes[0], rt.shapes[0])))
+            if len(lt.shapes) * ns == 1:  # one shape pair: every task runs the same kernel call (a view of one)
+                return np.broadcast_to(f * float(node.kernel.flops(lt.shapes[0], rt.shapes[0])), (n,))
             lp, rp = (a[self.task_tuple] for a in lay.lineage)
             pair = lt.shape_ids[node.left.layout.rows[lp]] * ns + rt.shape_ids[node.right.layout.rows[rp]]
             return f * _per_code(pair, lambda c: node.kernel.flops(lt.shapes[c // ns], rt.shapes[c % ns]))
@@ -246,7 +266,7 @@ class NodeWork:
         it, ilay = node.input.type, node.input.layout  # a map's kernel: once per input array
         f = flop_factor(node.op.kernel, (it.dtype, node.type.dtype))
         if len(it.shapes) == 1:
-            return np.full(n, f * float(node.op.kernel.flops(it.shapes[0])))
+            return np.broadcast_to(f * float(node.op.kernel.flops(it.shapes[0])), (n,))
         sid = it.shape_ids[ilay.rows[lay.lineage[0][self.task_tuple]]]
         return f * _per_code(sid, lambda c: node.op.kernel.flops(it.shapes[c]))
 
@@ -285,7 +305,8 @@ def _derive_move(w: NodeWork, node):
     lay = node.layout
     (src,) = lay.lineage
     stay = np.flatnonzero(~lay.moved & w.need)
-    w.alias[stay] = src[stay]  # already on its destination: the input's tuple itself
+    if len(stay):
+        w._own("alias")[stay] = src[stay]  # already on its destination: the input's tuple itself
     idx = np.flatnonzero(lay.moved & w.need)
     if lay.origins_distinct():
         # a moved tuple's object is new per (source object, destination site)
@@ -309,14 +330,15 @@ def _derive_aggregate(w: NodeWork, node: LocalAggregate):
     if len(one):  # a group of one is its member: nothing to fold or concatenate
         member = np.full(lay.ntuples, -1, dtype=w.alias.dtype)
         member[out_index] = np.arange(len(out_index))
-        w.alias[one] = member[one]
+        w._own("alias")[one] = member[one]
     w.kind = "concat" if isinstance(node.kernel, ConcatAgg) else "fold"
     w.task_tuple = np.flatnonzero(w.need & (members > 1))
-    w.made_by[w.task_tuple] = np.arange(len(w.task_tuple))
+    if len(w.task_tuple):
+        w._own("made_by")[w.task_tuple] = np.arange(len(w.task_tuple))
 
 
 def _derive_filter(w: NodeWork, node: LocalFilter):
-    w.alias[w.need] = node.layout.lineage[0][w.need]
+    w._aliases(node.layout.lineage[0])
 
 
 def _derive_map(w: NodeWork, node: LocalMap):
@@ -325,7 +347,7 @@ def _derive_map(w: NodeWork, node: LocalMap):
     if isinstance(op, TileMap):
         w._one_task_per_needed("tile")
     elif op.kernel is None:  # a pure rekey: the input's arrays under new keys
-        w.alias[w.need] = src[w.need]
+        w._aliases(src)
     else:  # the kernel runs once per input array on its site; its output keys share the result
         idx = np.flatnonzero(w.need)
         inp = node.input.layout
