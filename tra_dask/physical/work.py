@@ -367,12 +367,12 @@ _DERIVE = {
 # -- per node type: the inputs of each task ----------------------------------------------------------------
 
 
-# a task's inputs: ``in_ptr`` (int64), ``in_child`` (int8: a child position) and
+# a task's inputs: ``in_ptr`` (index_dtype of the slots), ``in_child`` (int8: a child position) and
 # ``in_tuple`` (the child's tuple: index_dtype of its tuples)
 def _one_input(w: NodeWork, of: np.ndarray) -> tuple:
     n = len(w.task_tuple)
     ix = index_dtype(w.node.children[0].layout.ntuples)
-    return np.arange(n + 1, dtype=np.int64), np.zeros(n, np.int8), of[w.task_tuple].astype(ix, copy=False)
+    return np.arange(n + 1, dtype=index_dtype(n + 1)), np.zeros(n, np.int8), of[w.task_tuple].astype(ix, copy=False)
 
 
 def _inputs_none(w: NodeWork):
@@ -391,7 +391,7 @@ def _inputs_join(w: NodeWork):
     tup = np.empty(2 * n, dtype=index_dtype(max(w.node.left.layout.ntuples, w.node.right.layout.ntuples)))
     tup[0::2] = lp[w.task_tuple]
     tup[1::2] = rp[w.task_tuple]
-    return np.arange(0, 2 * n + 1, 2, dtype=np.int64), child, tup
+    return np.arange(0, 2 * n + 1, 2, dtype=index_dtype(2 * n + 1)), child, tup
 
 
 def _inputs_aggregate(w: NodeWork):
@@ -640,7 +640,7 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
     site = np.empty(total, index_dtype(max(n.nsites for n in order)))
     late = np.zeros(total, bool)      # the task depends on a transfer
     seconds = np.zeros(total)         # what each fusable task runs, alone (fusion.task_seconds)
-    readers = np.zeros(total, np.int64)  # the input slots that read each task
+    readers = np.zeros(total, np.int32)  # the input slots that read each task
     readable = []                     # the nodes whose tasks may take an input in
     # two passes over the input slots, node by node (a plan's largest arrays: a 3-D
     # multiply's join has two per join tuple), so one node's are held at a time:
@@ -669,7 +669,7 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
                 readable.append(n)
         if len(p):
             got = np.bincount(p)
-            readers[:len(got)] += got
+            readers[:len(got)] += got.astype(np.int32)
         del reader, p, slots
     result = np.zeros(total, bool)
     for o in work.outputs:
