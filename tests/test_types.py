@@ -6,6 +6,7 @@ import pytest
 
 import tra_dask as td
 from tra_dask.keys import k0, k1
+from tra_dask.types import RelationType
 from tra_dask.programs import matmul
 
 
@@ -208,3 +209,23 @@ def test_a_join_on_every_key_dim_of_equal_keys_types_as_the_general_rule(seed):
     odd = td.filter(B, (k0 + k1) % 2 == 0)  # fewer keys: the general rule
     part = td.join(A, odd, (0, 1, 2), (0, 1, 2), "add")
     assert sorted(map(tuple, part.type.keys.tolist())) == sorted(td.evaluate(odd, check=False))
+
+
+def test_one_shape_ids_and_dense_key_grids_hold_no_copies(monkeypatch):
+    """A relation whose chunks all have one shape keeps its shape ids as a read-only
+    view of one 0, and relations whose keys are every key below one frontier, in
+    order, hold one array of them (the 3-D multiply's replicas and its join): the
+    same keys, read-only, whichever relation made them first."""
+    from tra_dask import types as types_module
+    monkeypatch.setattr(types_module, "SHARE_FROM", 1)
+    grid = np.stack(np.meshgrid(np.arange(3), np.arange(4), np.arange(2), indexing="ij"), -1).reshape(-1, 3)
+    a = RelationType(grid.copy(), np.zeros(len(grid), int), [(2, 2)], "float64")
+    b = RelationType(grid[::-1].copy(), np.zeros(len(grid), int), [(2, 2)], "float64")  # (sorted on the way in)
+    assert a.keys is b.keys and not a.keys.flags.writeable
+    np.testing.assert_array_equal(a.keys, grid)
+    assert a.shape_ids.strides == (0,) and not a.shape_ids.flags.writeable and a.shape_ids.tolist() == [0] * 24
+    assert a.nelements == 24 * 4 and a.chunk_sizes.tolist() == [4] * 24
+    holes = RelationType(grid[1:].copy(), np.zeros(len(grid) - 1, int), [(2, 2)], "float64")  # not every key
+    assert holes.keys is not a.keys and holes.keys.tolist() == grid[1:].tolist()
+    two = RelationType(grid.copy(), np.arange(len(grid)) % 2, [(2, 2), (1, 2)], "float64")
+    assert two.shape_ids.strides != (0,) and two.shape_ids.tolist() == (np.arange(24) % 2).tolist()

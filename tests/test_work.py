@@ -23,7 +23,7 @@ from tra_dask.lowering import lower, tasks
 from tra_dask.node import toposort
 from tra_dask.optimizer import search as search_module
 from tra_dask.optimizer.time import fusion_for
-from tra_dask.physical import (Broadcast, LocalAggregate, LocalJoin, Part, PSource, Shuffle, node_work,
+from tra_dask.physical import (Broadcast, ConcatAgg, LocalAggregate, LocalJoin, Part, PSource, Shuffle, node_work,
                                plan_work)
 from tra_dask.physical.work import Fusion, FusedCounts
 from tra_dask.programs import (ffnn_forward, ffnn_sgd_step, ffnn_sgd_step_array, matmul, nearest_neighbor,
@@ -555,3 +555,54 @@ def test_the_search_ranks_by_the_fusions_the_whole_plan_pass_makes(monkeypatch):
     x, y, w1, w2 = (td.from_array(a, chunks=c) for a, c in ((x, (32, 8)), (y, (32, 4)), (w1, (8, 16)), (w2, (16, 4))))
     build_local(ffnn_sgd_step_array(x, y, w1, w2, 0.1), sites=2)
     assert _CheckedCounts.calls > 300
+
+
+@pytest.mark.parametrize("sites", [2, 5])
+def test_plans_over_narrow_shared_index_arrays_lower_and_compute_as_predicted(sites, monkeypatch):
+    """Large layouts hold their positions as int32, rows one per key as one shared
+    read-only arange, dense key grids once for every relation with those keys, and a
+    join of two layouts alike position by position pairs each tuple with its own
+    (``physical.layout``, ``types``): below a size those paths are skipped, so here
+    they are forced on every array; every program still lowers to the tasks and moves
+    its work derives, and computes the expression."""
+    from tra_dask import types as types_module
+    from tra_dask.physical import layout as layout_module
+    monkeypatch.setattr(layout_module, "NARROW_FROM", 1)
+    monkeypatch.setattr(types_module, "SHARE_FROM", 1)
+    r = np.random.default_rng(sites)
+    a8, b8 = (td.from_numpy(r.normal(size=(16, 16)), 2, name=n) for n in ("A8", "B8"))
+    grid = matmul(a8, b8)  # (on 8 sites: a 2x2x2 grid of replicas, made here: their keys shared)
+    narrowed = alike = 0
+    for name, expr, s in [(n, e, sites) for n, e in PROGRAMS.items()] + [("3-D multiply", grid, 8)]:
+        if name == "ffnn sgd step (two outputs)":
+            continue  # (the suite's longest search; its layouts are the multiplies' above)
+        plan = td.optimize(expr, s)
+        check_work(plan)
+        for n in plan.nodes:
+            narrowed += n.layout.ntuples > 1 and n.layout.rows.dtype == np.int32
+            if isinstance(n, LocalJoin):
+                lp, rp = n.layout.lineage
+                alike += lp is rp
+    assert narrowed and alike  # (the paths were taken)
+
+
+def test_a_fold_reads_its_members_in_key_order():
+    """A fold is left to right in key order, as the reference evaluator folds (a
+    non-commutative kernel's result depends on it); the order is read off the input's
+    sorted rows where its keys are distinct: each task's members, over every
+    aggregation of the suite's plans, come in increasing key order."""
+    checked = 0
+    for name, expr in PROGRAMS.items():
+        for sites in (1, 3):
+            plan = td.optimize(expr, sites) if name != "ffnn sgd step (two outputs)" else td.compile(expr, sites)
+            for n in plan.nodes:
+                if not isinstance(n, LocalAggregate) or isinstance(n.kernel, ConcatAgg):
+                    continue
+                w = node_work(n)
+                keys = n.input.type.keys[n.input.layout.rows]
+                for t in range(w.ntasks):
+                    a, b = int(w.in_ptr[t]), int(w.in_ptr[t + 1])
+                    members = [tuple(k) for k in keys[w.in_tuple[a:b]].tolist()]
+                    assert members == sorted(members), (name, sites, n._op)
+                    checked += 1
+    assert checked > 100

@@ -784,6 +784,7 @@ def _renumber_shapes(shape_ids: np.ndarray, shapes) -> tuple[np.ndarray, tuple]:
 
 _GRIDS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 _GRIDS_LOCK = threading.Lock()
+SHARE_FROM = 1 << 16  # key arrays this long or longer are shared (small ones: not worth a lock)
 
 
 def _shared_grid(bases: tuple, keys: np.ndarray) -> np.ndarray:
@@ -791,7 +792,7 @@ def _shared_grid(bases: tuple, keys: np.ndarray) -> np.ndarray:
     array of those keys already held (read-only) by another relation: the 3-D
     multiply's operand replicas and its join are three relations of the same 10^7
     keys."""
-    if len(keys) < 1 << 16:
+    if len(keys) < SHARE_FROM:
         return keys
     with _GRIDS_LOCK:
         held = _GRIDS.get(bases)
