@@ -180,14 +180,7 @@ def node_cost(node: PNode, model: str = "exact", need: dict | None = None, *, wo
     # into it, which the lowering makes one at a time: conservative there)
     peak = held + sum((_bytes_per_site(c, need[c]) for c in node.children), np.zeros(node.nsites, dtype=np.int64))
     floats = _floats_moved(node, model, need[node])
-    if works is None:
-        w = node_work(node, need[node])
-    else:
-        key = (node, mask_digest(need[node]) if digest is None else digest)
-        w = works.get(key)
-        if w is None:
-            w = works[key] = node_work(node, need[node])
-    ntasks, per_site, recv, send, made, flops = _tasks(w)
+    ntasks, per_site, recv, send, made, flops = _tasks(node_work(node, need[node], works=works, digest=digest))
     if per_site is not None and ntasks:
         # a running task also holds copies in flight: a chunk arriving is a buffer before
         # it is an array, a kernel's result is a temporary before it is stored (measured:

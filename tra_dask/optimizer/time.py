@@ -399,7 +399,7 @@ def task_seconds(w, spec: ClusterSpec) -> np.ndarray:
     n = len(made)
     if n > 1 and made.strides == (0,) and flops.strides == (0,):  # every task alike: one value, as a view
         one = kernel_seconds(w.node, flops[:1], made[:1], np.ones(1), spec)
-        return np.broadcast_to(np.asarray(one, dtype=np.float64).reshape(-1)[:1], (n,)).reshape(n)
+        return np.broadcast_to(float(np.asarray(one).reshape(-1)[0]), (n,))
     return kernel_seconds(w.node, flops, made, np.ones(n), spec)
 
 

@@ -286,9 +286,19 @@ def _per_code(code: np.ndarray, value) -> np.ndarray:
     return table[code]
 
 
-def node_work(node: PNode, need: np.ndarray | None = None) -> NodeWork:
-    """The work of ``node`` alone, for the needed tuples ``need`` (default all)."""
-    return NodeWork(node, need)
+def node_work(node: PNode, need: np.ndarray | None = None, *, works: dict | None = None,
+              digest: bytes | None = None) -> NodeWork:
+    """The work of ``node`` alone, for the needed tuples ``need`` (default all);
+    ``works``: a caller's cache of node works by ``(node, digest of need)`` to take it
+    from or put it in (``digest``: ``mask_digest(need)``, when the caller has it) — a
+    NodeWork is never changed once made."""
+    if works is None:
+        return NodeWork(node, need)
+    key = (node, mask_digest(need) if digest is None else digest)
+    w = works.get(key)
+    if w is None:
+        w = works[key] = NodeWork(node, need)
+    return w
 
 
 # -- per node type: which tuples are tasks, which are aliases ---------------------------------------------
@@ -486,16 +496,7 @@ class PlanWork:
         self.order = toposort(self.outputs)
         self.masks = masks
         self.need = demand(self.outputs, masks=masks)
-        if works is None:
-            self.nodes = {n: NodeWork(n, self.need[n]) for n in self.order}
-        else:  # a caller's cache of node works, per (node, demand): a NodeWork is never changed once made
-            self.nodes = {}
-            for n in self.order:
-                key = (n, mask_digest(self.need[n]))
-                w = works.get(key)
-                if w is None:
-                    w = works[key] = NodeWork(n, self.need[n])
-                self.nodes[n] = w
+        self.nodes = {n: node_work(n, self.need[n], works=works) for n in self.order}  # (works: a caller's cache)
         self.via: dict = {}
         self.transfers: list[Transfer] = []
         movers = [n for n in self.order if self.nodes[n].kind == "transfer"]
@@ -894,11 +895,7 @@ class FusedCounts:
         return self._sub(root, need, mask_digest(need), 0).fused
 
     def _work(self, node: PNode, mask: np.ndarray, digest: bytes) -> NodeWork:
-        key = (node, digest)
-        w = self.works.get(key)
-        if w is None:
-            w = self.works[key] = NodeWork(node, mask)
-        return w
+        return node_work(node, mask, works=self.works, digest=digest)
 
     def _sub(self, node: PNode, mask: np.ndarray, digest: bytes, depth: int) -> _Producers:
         key = (node, digest)
