@@ -579,11 +579,31 @@ def test_plans_over_narrow_shared_index_arrays_lower_and_compute_as_predicted(si
         plan = td.optimize(expr, s)
         check_work(plan)
         for n in plan.nodes:
-            narrowed += n.layout.ntuples > 1 and n.layout.rows.dtype == np.int32
+            lay = n.layout
+            narrowed += lay.ntuples > 1 and lay.rows.dtype == np.int32
             if isinstance(n, LocalJoin):
-                lp, rp = n.layout.lineage
+                lp, rp = lay.lineage
                 alike += lp is rp
+            # the first copy of each array (told to an insert_dim's replicas, else found) is what the origins say
+            _, first = np.unique(lay.origin, return_index=True)
+            assert lay.first_positions().tolist() == np.sort(first).tolist(), (name, n)
+            assert lay.origins_distinct() == (len(first) == lay.ntuples), (name, n)
     assert narrowed and alike  # (the paths were taken)
+
+
+@pytest.mark.parametrize("distinct", [True, False])
+def test_replicas_know_the_first_copy_of_each_array(distinct):
+    """An expansion of k copies per tuple of an input whose arrays are distinct (an
+    insert_dim's replicas) is told where each array's first copy is; of an input whose
+    arrays repeat, it finds them from its origins.  Both are what the origins say."""
+    from tra_dask.physical.layout import Layout, expand_layout
+    origin = np.array([5, 9, 7, 1]) if distinct else np.array([5, 9, 5, 1])
+    inp = Layout(2, np.array([0, 1, 2, 3]), np.array([0, 1, 1, 0]), origin=origin)
+    out = expand_layout(inp, 4, np.arange(12), np.repeat(np.arange(4), 3))
+    assert ("_first_positions" in out.__dict__) == distinct
+    _, first = np.unique(out.origin, return_index=True)
+    assert out.first_positions().tolist() == np.sort(first).tolist()
+    assert not out.origins_distinct()
 
 
 def test_a_fold_reads_its_members_in_key_order():

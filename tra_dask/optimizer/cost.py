@@ -153,9 +153,12 @@ def _bytes_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
     lay, t = node.layout, node.type
     if len(t.shapes) == 1 and lay.origins_distinct() and need.all():  # every tuple, each its own array
         return np.bincount(lay.sites, minlength=lay.nsites) * (int(t.shape_sizes[0]) * t.dtype.itemsize)
-    idx = np.flatnonzero(need)
-    if not lay.origins_distinct():
-        idx = idx[_first_occurrences(lay.origin[idx])]  # a shared array is held once
+    if need.all():  # a shared array is held once: its first copy counts
+        idx = lay.first_positions()
+    else:
+        idx = np.flatnonzero(need)
+        if not lay.origins_distinct():
+            idx = idx[_first_occurrences(lay.origin[idx])]
     if len(t.shapes) == 1:  # one chunk size: count arrays per site
         return np.bincount(lay.sites[idx], minlength=lay.nsites) * (int(t.shape_sizes[0]) * t.dtype.itemsize)
     return np.bincount(lay.sites[idx], weights=chunk_bytes(node, idx), minlength=lay.nsites).astype(np.int64)

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..types import RelationType, sorting_permutation, join_codes, join_pairs, key_codes, unique, unique_inverse
+from ..types import (RelationType, first_of_each, join_codes, join_pairs, key_codes, sorting_permutation, unique,
+                     unique_inverse)
 
 __all__ = ["Layout", "PlacementError"]
 
@@ -96,11 +97,28 @@ class Layout:
             object.__setattr__(self, "_origins_distinct", v)
         return v
 
+    def first_positions(self) -> np.ndarray:
+        """Positions of the first tuple holding each distinct origin, ascending (every
+        position when the origins are distinct).  Computed once."""
+        v = self.__dict__.get("_first_positions")
+        if v is None:
+            if self.origins_distinct():
+                v = iota(self.ntuples)
+            else:
+                v = np.flatnonzero(first_of_each(self.origin) == np.arange(self.ntuples))
+            object.__setattr__(self, "_first_positions", v)
+        return v
+
     def single_copy(self) -> bool:
         return len(unique(self.rows)) == len(self.rows)
 
 
 NARROW_FROM = 1 << 16  # arrays of positions this long or longer are narrowed (small ones: not worth a pass)
+
+
+def _positions(n: int):
+    """The dtype :func:`_narrow` gives an array of ``n`` positions (made so at once)."""
+    return np.int32 if NARROW_FROM <= n < 2**31 - 1 else np.int64
 
 
 def _narrow(a):
@@ -470,22 +488,30 @@ def expand_layout(inp: Layout, n_in: int, out_rows: np.ndarray, src_rows: np.nda
         # every input row has k outputs (insert_dim, a pure rekey): copy j of physical
         # tuple i is output row starts[row] + j, laid out as an (m, k) grid; no
         # per-tuple repeat counts and offsets
-        k = int(counts[0])
-        phys = np.repeat(np.arange(m), k)
+        k = k_each = int(counts[0])
+        phys = np.repeat(np.arange(m, dtype=_positions(m * k)), k)
         rows = out_sorted[(starts[inp.rows][:, None] + np.arange(k)).reshape(-1)]
         sites = np.repeat(inp.sites, k)
     else:
+        k_each = 0
         c = counts[inp.rows]
         phys = np.repeat(np.arange(m), c)
         offset = np.arange(len(phys)) - np.repeat(np.cumsum(c) - c, c)
         rows = out_sorted[np.repeat(starts[inp.rows], c) + offset]
         sites = inp.sites[phys]
+    first = None
     if data == "same":
         origin = inp.origin[phys]
+        if k_each and m and inp.origins_distinct():  # copy 0 of each input tuple is the first of its array
+            first = np.arange(0, m * k_each, k_each)
     elif data == "per_input":
         # one kernel call per input *array* on its site: copies of one array (an
         # insert_dim's) share the call and its result (physical.work groups alike)
         origin = fresh(m)[phys] if inp.origins_distinct() else _per_array(inp)[phys]
     else:
         origin = None
-    return Layout(inp.nsites, rows, sites, inp.partial, (phys,), None, origin)
+    out = Layout(inp.nsites, rows, sites, inp.partial, (phys,), None, origin)
+    if first is not None:
+        object.__setattr__(out, "_origins_distinct", k_each == 1)
+        object.__setattr__(out, "_first_positions", _narrow(first))
+    return out
