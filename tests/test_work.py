@@ -25,7 +25,7 @@ from tra_dask.optimizer import search as search_module
 from tra_dask.optimizer.time import fusion_for
 from tra_dask.physical import (Broadcast, ConcatAgg, LocalAggregate, LocalJoin, Part, PSource, Shuffle, node_work,
                                plan_work)
-from tra_dask.physical.work import Fusion, FusedCounts
+from tra_dask.physical.work import Fusion, FusedCounts, PlanWork
 from tra_dask.programs import (ffnn_forward, ffnn_sgd_step, ffnn_sgd_step_array, matmul, nearest_neighbor,
                                random_uniform)
 
@@ -626,3 +626,43 @@ def test_a_fold_reads_its_members_in_key_order():
                     assert members == sorted(members), (name, sites, n._op)
                     checked += 1
     assert checked > 100
+
+
+@pytest.mark.parametrize("block", [1, 3, 64])
+def test_the_fusion_pass_over_ranges_of_a_nodes_tasks_fuses_what_it_fuses_whole(monkeypatch, block):
+    """A node of many input slots is fused in ranges of its tasks (``work.SLOT_BLOCK``
+    slots at a time, so a 3-D multiply's join of 10^7 tasks holds a few million slots
+    at once): the same pairs, and the same seconds and depths of every task, as the
+    pass over each node whole — under every rule (cheap tasks, small granules, one per
+    reader with threads > 1)."""
+    from tra_dask.physical import work as work_module
+    r = np.random.default_rng(11)
+    timing: dict = {}
+
+    def secs(w):  # each node's task seconds, drawn once
+        if w.node not in timing:
+            timing[w.node] = r.uniform(0.1, 3.0, len(w.task_tuple))
+        return timing[w.node]
+    fusions = (None, Fusion(1, secs, 1.5), Fusion(1, secs, 0.0, 4), Fusion(2, secs, 1e9), Fusion(2, secs, 0.5, 3))
+    for expr in (_many_small_blocks(), _one_sum_per_site(), PROGRAMS["nearest neighbour"], SGD):
+        for sites in (2, 3):
+            plan = td.compile(expr, sites)
+            for fusion in fusions:
+                masks = {o: np.ones(o.layout.ntuples, bool) for o in plan.outputs}
+                whole = PlanWork(plan.outputs, fusion=fusion, masks=masks)
+                monkeypatch.setattr(work_module, "SLOT_BLOCK", block)
+                ranged = PlanWork(plan.outputs, fusion=fusion, masks=masks)
+                monkeypatch.undo()
+                assert dict(ranged.into.items()) == dict(whole.into.items())
+                if whole.producers is not None:
+                    for f in ("work_in", "depth", "readers", "late", "prod"):
+                        np.testing.assert_array_equal(getattr(ranged.producers, f), getattr(whole.producers, f))
+
+
+def test_readers_are_counted_over_compact_and_sparse_spans_alike():
+    from tra_dask.physical.work import _count_into
+    r = np.random.default_rng(3)
+    for ids in (r.integers(10, 50, 1000), r.integers(0, 10**7, 50), np.array([5, 5, 9_000_000, 5]), np.zeros(0, int)):
+        got = np.zeros(10**7 + 1, np.int32)
+        _count_into(got, ids.astype(np.int32))
+        np.testing.assert_array_equal(got, np.bincount(ids, minlength=len(got)))

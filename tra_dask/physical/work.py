@@ -51,6 +51,7 @@ from ..logical.sources import ClusterSource, FromFunction
 from ..node import toposort
 from ..types import first_of_each, sorting_permutation, unique
 from .demand import child_demand, demand, mask_digest, result_copies
+from .layout import iota
 from .nodes import (Broadcast, ConcatAgg, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PNode, PSource, Shuffle,
                     TileMap)
 
@@ -137,8 +138,10 @@ class NodeWork:
         self.kind = ""
         self.task_tuple = _EMPTY
         _DERIVE[type(node)](self, node)
-        self.task_tuple = self.task_tuple.astype(ix, copy=False)
-        self.task_site = lay.sites[self.task_tuple].astype(index_dtype(lay.nsites), copy=False)
+        self.task_tuple = self.task_tuple.astype(ix, copy=False)  # (ascending: tasks in tuple order)
+        # a task per tuple: the sites are the layout's (no gather of 10^7 of them)
+        sites = lay.sites if len(self.task_tuple) == lay.ntuples else lay.sites[self.task_tuple]
+        self.task_site = sites.astype(index_dtype(lay.nsites), copy=False)
         self._seconds: tuple = (None, None)
 
     def seconds(self, task_seconds) -> np.ndarray:
@@ -152,10 +155,11 @@ class NodeWork:
 
     # -- the task list ---------------------------------------------------------------------------------
     def _own(self, name: str) -> np.ndarray:
-        """``made_by`` or ``alias``, writable (a copy of the shared -1s on first write)."""
+        """``made_by`` or ``alias``, writable (a copy, on first write, of a shared
+        read-only array: the -1s, or a layout's positions)."""
         a = getattr(self, name)
         if not a.flags.writeable:
-            a = np.full(len(a), -1, dtype=a.dtype)
+            a = np.array(a)
             setattr(self, name, a)
         return a
 
@@ -167,14 +171,14 @@ class NodeWork:
             self._own("alias")[self.need] = of[self.need]
 
     def _one_task_per_needed(self, kind: str):
-        self._one_task_each(kind, np.flatnonzero(self.need))
+        self._one_task_each(kind, iota(len(self.need)) if self.need.all() else np.flatnonzero(self.need))
 
     def _one_task_each(self, kind: str, idx: np.ndarray):
         """Each of the tuples ``idx`` (ascending) is made by a task of its own."""
         self.kind = kind
         self.task_tuple = idx
-        if len(idx) == len(self.made_by):  # every tuple: tuple i is task i
-            self.made_by = np.arange(len(idx), dtype=self.made_by.dtype)
+        if len(idx) == len(self.made_by):  # every tuple: tuple i is task i (idx is 0 .. n-1)
+            self.made_by = idx.astype(self.made_by.dtype, copy=False)
         else:
             self._own("made_by")[idx] = np.arange(len(idx))
 
@@ -421,19 +425,27 @@ def _inputs_aggregate(w: NodeWork):
         kd = it.keys[ilay.rows[order], node.kernel.key_dim]
         order = order[np.argsort(kd, kind="stable")]
     # each output tuple's members, in that order: grouped by output (a stable sort keeps the order within)
+    ix = index_dtype(ilay.ntuples)
+    order = order.astype(ix, copy=False)
     grp = out_index[order]
-    order = order[grp >= 0]
-    grp = grp[grp >= 0]
+    if not bool((grp >= 0).all()):
+        order = order[grp >= 0]
+        grp = grp[grp >= 0]
     by_group = sorting_permutation(grp)
     members = order if by_group is None else order[by_group]
+    del order, by_group
     count = np.bincount(grp, minlength=int(node.layout.ntuples))
-    start = np.cumsum(count) - count
     t = w.task_tuple
+    if len(t) == len(count) and bool(count.all()):  # every output tuple a task, in order: members as they are
+        ptr = np.zeros(len(t) + 1, dtype=np.int64)
+        np.cumsum(count, out=ptr[1:])
+        return ptr, np.zeros(int(ptr[-1]), np.int8), members
+    start = np.cumsum(count) - count
     n_in = count[t]
     ptr = np.zeros(len(t) + 1, dtype=np.int64)
     np.cumsum(n_in, out=ptr[1:])
     at = np.repeat(start[t] - ptr[:-1], n_in) + np.arange(int(ptr[-1]), dtype=np.int64)
-    return ptr, np.zeros(int(ptr[-1]), np.int8), members[at].astype(index_dtype(ilay.ntuples), copy=False)
+    return ptr, np.zeros(int(ptr[-1]), np.int8), members[at]
 
 
 _INPUTS = {
@@ -643,6 +655,13 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
     seconds = np.zeros(total)         # what each fusable task runs, alone (fusion.task_seconds)
     readers = np.zeros(total, np.int32)  # the input slots that read each task
     readable = []                     # the nodes whose tasks may take an input in
+    # a node's tuples may be made by a local computation (its own tasks, or through
+    # aliases its first child's): a reader of none takes nothing in (a 3-D multiply's
+    # join, of transfers: its 2 slots per join tuple are not derived again)
+    computed: dict = {}
+    for n in work.order:
+        w = work.nodes[n]
+        computed[n] = (w.kind in FUSABLE_KINDS and w.ntasks > 0) or (bool(n.children) and computed[n.children[0]])
     # two passes over the input slots, node by node (a plan's largest arrays: a 3-D
     # multiply's join has two per join tuple), so one node's are held at a time:
     # the first counts each task's readers and whether it waits on a transfer, the
@@ -657,21 +676,16 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
             fusable[b:b + m] = w.kind in FUSABLE_KINDS
             if fusable[b] and fusion.task_seconds is not None:
                 seconds[b:b + m] = w.seconds(fusion.task_seconds)
-        slots = _node_slots(n, w, b, prod, copies, base, ix)
-        if slots is None:
-            continue
-        reader, p = slots
-        p = p[p >= 0] if w.kind == "transfer" else p
-        if w.kind != "transfer":
-            ok = p >= 0
-            p = p[ok]
-            late[reader[ok][late[p]]] = True  # (a task reading a late task is late)
-            if fusable[b]:
-                readable.append(n)
-        if len(p):
-            got = np.bincount(p)
-            readers[:len(got)] += got.astype(np.int32)
-        del reader, p, slots
+        for _, _, reader, p in _node_slots(n, w, b, prod, copies, base, ix):
+            p = p[p >= 0] if w.kind == "transfer" else p
+            if w.kind != "transfer":
+                ok = p >= 0
+                p = p[ok]
+                late[reader[ok][late[p]]] = True  # (a task reading a late task is late)
+            _count_into(readers, p)
+            del reader, p
+        if w.kind != "transfer" and fusable[b] and len(w.in_tuple) and any(computed[c] for c in n.children):
+            readable.append(n)
     result = np.zeros(total, bool)
     for o in work.outputs:
         r = prod[o][work.need[o]] if work.masks is not None and o in work.masks else \
@@ -683,33 +697,82 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
     for n in readable:
         w = work.nodes[n]
         b, m = base[n], w.ntasks
-        sc, sp = _node_slots(n, w, b, prod, copies, base, ix)
-        ok = sp >= 0
-        spc = np.where(ok, sp, 0)
-        late_in = np.bincount(sc[ok & late[spc]] - b, minlength=m).astype(np.int32)  # late slots per reader
-        cand, on_time = _candidates(sc, spc, ok, fusable, readers, result, site, late, late_in[sc - b])
-        del ok, late_in
-        here = _fuse_into(sc, spc, cand, on_time, b, m, site, work_in, depth, fusion)
-        producers.append(spc[here])
-        into_readers.append(sc[here])
-        del sc, sp, spc, cand, on_time, here
+        ranges = _task_ranges(w)
+        granule = None
+        if len(ranges) > 1 and fusion.task_seconds is not None and fusion.granules > 0:
+            # the small-granule rule weighs a reader against its site's work on the whole
+            # node: summed over every range before any is decided
+            whole = work_in[b:b + m].copy()  # a reader's seconds with every candidate's
+            for t0, t1, sc, sp in _node_slots(n, w, b, prod, copies, base, ix, ranges):
+                ok = sp >= 0
+                spc = np.where(ok, sp, 0)
+                cand = _may_fuse(sc, spc, ok, fusable, readers, result, site) & (depth[spc] < MAX_FUSED_DEPTH)
+                whole[t0:t1] += np.bincount(sc[cand] - (b + t0), weights=work_in[spc[cand]], minlength=t1 - t0)
+                del sc, sp, ok, spc, cand
+            granule = (whole, np.bincount(site[b:b + m], weights=whole))
+        for t0, t1, sc, sp in _node_slots(n, w, b, prod, copies, base, ix, ranges):
+            bt, mt = b + t0, t1 - t0
+            ok = sp >= 0
+            spc = np.where(ok, sp, 0)
+            late_in = np.bincount(sc[ok & late[spc]] - bt, minlength=mt).astype(np.int32)  # late slots per reader
+            cand, on_time = _candidates(sc, spc, ok, fusable, readers, result, site, late, late_in[sc - bt])
+            del ok, late_in
+            here = _fuse_into(sc, spc, cand, on_time, bt, mt, site, work_in, depth, fusion,
+                              None if granule is None else (granule[0][t0:t1], granule[1]))
+            producers.append(spc[here])
+            into_readers.append(sc[here])
+            del sc, sp, spc, cand, on_time, here
     cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, ix))
     into = Fused(order, np.array([base[n] for n in order], np.int64), cat(producers), cat(into_readers))
     return into, _Producers.of(work, prod, site, fusable, late, work_in, depth, readers, len(into))
 
 
-def _node_slots(n: PNode, w: NodeWork, b: int, prod: dict, copies: dict, base: dict, ix) -> "tuple | None":
-    """``(reader, producer)`` global ids of every input slot of ``n``'s tasks (ids from
-    ``b``; producer -1: data), None for tasks with no input.  A transfer reads its
-    child's tuple; a copy reads the first transfer of its array (``copies``)."""
-    if w.kind == "transfer":
-        p = prod[n.children[0]][w.in_tuple]
+SLOT_BLOCK = 1 << 21  # input slots the fusion pass derives at once (a node with more: in ranges of its tasks)
+
+
+def _task_ranges(w: NodeWork) -> list:
+    """``[(t0, t1), ...]``: ``w``'s tasks in consecutive ranges of at most
+    :data:`SLOT_BLOCK` input slots each (a task with more: a range of its own)."""
+    m = w.ntasks
+    ptr = np.arange(m + 1) if w.kind == "transfer" else w.in_ptr
+    if int(ptr[-1]) <= SLOT_BLOCK:
+        return [(0, m)]
+    out, t0 = [], 0
+    while t0 < m:
+        t1 = min(max(int(np.searchsorted(ptr, int(ptr[t0]) + SLOT_BLOCK, side="right")) - 1, t0 + 1), m)
+        out.append((t0, t1))
+        t0 = t1
+    return out
+
+
+def _node_slots(n: PNode, w: NodeWork, b: int, prod: dict, copies: dict, base: dict, ix, ranges=None):
+    """``(t0, t1, reader, producer)`` for each range of ``n``'s tasks (``ranges``,
+    default :func:`_task_ranges`): the global ids (from ``b``) of the readers and
+    producers of their input slots, in call order (producer -1: data); nothing for
+    tasks with no input.  A transfer reads its child's tuple; a copy reads the first
+    transfer of its array (``copies``).  A reader's slots are all in one range."""
+    if w.kind != "transfer" and not len(w.in_tuple):
+        return
+    for t0, t1 in _task_ranges(w) if ranges is None else ranges:
+        if w.kind != "transfer":
+            yield (t0, t1) + _slots(w, b, [prod[kid] for kid in n.children], ix, t0, t1)
+            continue
+        p = prod[n.children[0]][w.in_tuple[t0:t1]]
         for t, first in copies.get(n, ()):
-            p[t] = base[first[0]] + first[1]
-        return np.arange(b, b + w.ntasks, dtype=ix), p
-    if not len(w.in_tuple):
-        return None
-    return _slots(w, b, [prod[kid] for kid in n.children], ix)
+            if t0 <= t < t1:
+                p[t - t0] = base[first[0]] + first[1]
+        yield t0, t1, np.arange(b + t0, b + t1, dtype=ix), p
+
+
+def _count_into(counts: np.ndarray, ids: np.ndarray):
+    """``counts[i] += 1`` for each entry ``i`` of ``ids`` (repeats count each time)."""
+    if not len(ids):
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    if hi - lo < 4 * len(ids) + (1 << 16):  # a compact span: one bincount of it
+        counts[lo:hi + 1] += np.bincount(ids - lo, minlength=hi - lo + 1).astype(counts.dtype)
+    else:
+        np.add.at(counts, ids, 1)
 
 
 class Fused(Mapping):
@@ -766,37 +829,50 @@ class Fused(Mapping):
         return self._counts
 
 
-def _slots(w: NodeWork, b: int, child_prod: list, ix=np.int64) -> tuple:
-    """``(reader, producer)`` of every input slot of ``w``'s tasks (global ids from
-    ``b``, of type ``ix``), in call order: ``child_prod[c]`` maps child ``c``'s tuples
-    to the ids of the tasks that make them (-1: data)."""
-    ptr = w.in_ptr
-    reader = np.repeat(np.arange(b, b + w.ntasks, dtype=ix), np.diff(ptr))
+def _slots(w: NodeWork, b: int, child_prod: list, ix=np.int64, t0: int = 0, t1: int | None = None) -> tuple:
+    """``(reader, producer)`` of every input slot of ``w``'s tasks ``t0 .. t1-1``
+    (default all; global ids from ``b``, of type ``ix``), in call order:
+    ``child_prod[c]`` maps child ``c``'s tuples to the ids of the tasks that make
+    them (-1: data)."""
+    t1 = w.ntasks if t1 is None else t1
+    ptr = w.in_ptr[t0:t1 + 1]
+    s0, s1 = int(ptr[0]), int(ptr[-1])
+    reader = np.repeat(np.arange(b + t0, b + t1, dtype=ix), np.diff(ptr))
+    tup = w.in_tuple[s0:s1]
     if len(child_prod) == 1:
-        return reader, child_prod[0][w.in_tuple]
-    p = np.empty(len(w.in_tuple), ix)
+        return reader, child_prod[0][tup]
+    p = np.empty(s1 - s0, ix)
+    child = w.in_child[s0:s1]
     for c, ids in enumerate(child_prod):
-        at = w.in_child == c
-        p[at] = ids[w.in_tuple[at]]
+        at = child == c
+        p[at] = ids[tup[at]]
     return reader, p
 
 
+def _may_fuse(sc, spc, ok, fusable, readers, out, site) -> np.ndarray:
+    """The input slots (readers ``sc``, producers ``spc``, ``ok`` those made by a
+    task) whose producer may be fused into its reader at all: both local
+    computations, on one site, the producer read once and not in ``out`` (a result,
+    or a tuple read above)."""
+    return ok & fusable[sc] & fusable[spc] & (readers[spc] == 1) & ~out[spc] & (site[spc] == site[sc])
+
+
 def _candidates(sc, spc, ok, fusable, readers, out, site, late, late_in) -> tuple:
-    """``(cand, on_time)`` over input slots (readers ``sc``, producers ``spc``, ``ok``
-    those made by a task): the slots whose producer may be fused into its reader at
-    all — both local computations, on one site, the producer read once and not in
-    ``out`` (a result, or a tuple read above) — and those whose reader waits for no
-    transfer the producer could run under (``late_in``: its reader's late input slots)."""
-    cand = ok & fusable[sc] & fusable[spc] & (readers[spc] == 1) & ~out[spc] & (site[spc] == site[sc])
-    return cand, late_in - late[spc] == 0
+    """``(cand, on_time)``: :func:`_may_fuse`'s slots, and those whose reader waits for
+    no transfer the producer could run under (``late_in``: its reader's late input slots)."""
+    return _may_fuse(sc, spc, ok, fusable, readers, out, site), late_in - late[spc] == 0
 
 
-def _fuse_into(sc, spc, cand, on_time, b: int, m: int, site, work_in, depth, fusion: Fusion) -> np.ndarray:
+def _fuse_into(sc, spc, cand, on_time, b: int, m: int, site, work_in, depth, fusion: Fusion,
+               granule: "tuple | None" = None) -> np.ndarray:
     """Which input slots of one reader node's tasks (ids ``b .. b+m-1``) take their
     producer in: the slots' readers ``sc`` and producers ``spc``, ``cand`` those
     that may be fused at all (one reader, same site, both local computations, not a
     result), ``on_time`` those whose reader waits for no other transfer.  Updates
-    ``depth`` and ``work_in`` (seconds with the fused inputs') of the readers."""
+    ``depth`` and ``work_in`` (seconds with the fused inputs') of the readers.
+    ``granule``: ``(whole, on_site)`` when the readers are a range of their node's
+    tasks — each reader's seconds with all its candidates', and its node's sum of
+    those per site (the small-granule rule's measure; else derived from these slots)."""
     cand = cand & (depth[spc] < MAX_FUSED_DEPTH)  # (before every rule that may take a candidate)
     if not cand.any():
         return cand
@@ -804,8 +880,11 @@ def _fuse_into(sc, spc, cand, on_time, b: int, m: int, site, work_in, depth, fus
     here = cand & (on_time | ((timed and fusion.cheap_below > 0) & (work_in[spc] <= fusion.cheap_below)))
     if timed and fusion.granules > 0 and (cand & ~here).any():  # late tasks into readers that are small granules
         r = sc - b
-        whole = work_in[b:b + m] + np.bincount(r[cand], weights=work_in[spc[cand]], minlength=m)
-        on_site = np.bincount(site[b:b + m], weights=whole)
+        if granule is None:
+            whole = work_in[b:b + m] + np.bincount(r[cand], weights=work_in[spc[cand]], minlength=m)
+            on_site = np.bincount(site[b:b + m], weights=whole)
+        else:
+            whole, on_site = granule
         here |= cand & (whole * (fusion.granules * fusion.threads) <= on_site[site[b:b + m]])[r]
     if fusion.threads > 1 and here.any():  # one per reader: its first candidate slot in call order
         at = np.flatnonzero(here)
