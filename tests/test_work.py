@@ -666,3 +666,28 @@ def test_readers_are_counted_over_compact_and_sparse_spans_alike():
         got = np.zeros(10**7 + 1, np.int32)
         _count_into(got, ids.astype(np.int32))
         np.testing.assert_array_equal(got, np.bincount(ids, minlength=len(got)))
+
+
+@pytest.mark.parametrize("sites", [1, 3])
+def test_fixed_input_slots_are_the_listed_inputs(sites):
+    """Where every task reads as many inputs (joins, moves, maps), the fusion pass
+    reads them off the lineage (``fixed_slots``, any range of tasks) instead of
+    listing them: the same (child, tuple) per slot as ``in_ptr``/``in_child``/``in_tuple``."""
+    seen = set()
+    for expr in list(PROGRAMS.values()) + [_many_small_blocks(), _one_sum_per_site()]:
+        plan = td.compile(expr, sites)
+        for n, w in plan.work.nodes.items():
+            k = w.slots_per_task
+            if k is None:
+                continue
+            seen.add((type(n).__name__, k))
+            m = len(w.task_tuple)
+            np.testing.assert_array_equal(w.in_ptr, np.arange(m + 1) * k)
+            assert w.nslots == len(w.in_tuple)
+            for t0, t1 in ((0, m), (m // 3, m - m // 4), (m, m)):
+                fixed = w.fixed_slots(t0, t1)
+                assert len(fixed) == k
+                for j, (c, tup) in enumerate(fixed):
+                    np.testing.assert_array_equal(w.in_child[k * t0 + j:k * t1:k], c)
+                    np.testing.assert_array_equal(w.in_tuple[k * t0 + j:k * t1:k], tup)
+    assert {("LocalJoin", 2), ("Shuffle", 1), ("Broadcast", 1), ("LocalMap", 1)} <= seen

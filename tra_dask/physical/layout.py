@@ -55,8 +55,9 @@ class Layout:
         object.__setattr__(self, "sites", _narrow(self.sites))
         if self.lineage:
             object.__setattr__(self, "lineage", tuple(_narrow(a) for a in self.lineage))
-        if self.origin is None:
-            object.__setattr__(self, "origin", fresh(len(self.rows)))
+        if self.origin is None:  # fresh ids, reserved now and made when first read (_FreshIds)
+            del self.__dict__["origin"]
+            object.__setattr__(self, "_origin_start", _reserve(len(self.rows)))
             object.__setattr__(self, "_origins_distinct", True)  # fresh ids are distinct: nothing to check
 
     @property
@@ -111,6 +112,23 @@ class Layout:
 
     def single_copy(self) -> bool:
         return len(unique(self.rows)) == len(self.rows)
+
+
+class _FreshIds:
+    """``Layout.origin`` of a layout made without one: the fresh ids reserved for it,
+    ``np.arange(start, start + ntuples)``, made on first read (a join's 10^7 ids,
+    8 bytes each, that nothing may read: a local aggregation of it reads none)."""
+
+    def __get__(self, lay, owner=None):
+        if lay is None:
+            return None
+        start = lay.__dict__["_origin_start"]
+        ids = np.arange(start, start + len(lay.rows), dtype=np.int64)
+        object.__setattr__(lay, "origin", ids)
+        return ids
+
+
+Layout.origin = _FreshIds()  # (read only where no origin was given: the others are in the instance)
 
 
 NARROW_FROM = 1 << 16  # arrays of positions this long or longer are narrowed (small ones: not worth a pass)

@@ -206,6 +206,31 @@ class NodeWork:
         return self._inputs[0]
 
     @property
+    def slots_per_task(self) -> "int | None":
+        """How many inputs each task reads when every task reads as many, child by
+        child (a join's 2, a move's or a map's 1, 0 for none); None when they vary
+        (an aggregation's members)."""
+        return _SLOTS_PER_TASK.get(type(self.node))
+
+    @property
+    def nslots(self) -> int:
+        """Input slots of all the tasks (counted without listing them where each task has as many)."""
+        k = self.slots_per_task
+        return k * len(self.task_tuple) if k is not None else len(self.in_tuple)
+
+    def fixed_slots(self, t0: int, t1: int) -> list:
+        """``[(child, its tuples), ...]``: for each input slot of a task (where
+        :attr:`slots_per_task` is not None), the tuple tasks ``t0 .. t1-1`` read
+        there — ``in_child``/``in_tuple`` of those tasks without listing them (a 3-D
+        multiply's join: two slots for each of 10^7 tasks)."""
+        if self.slots_per_task == 0:
+            return []
+        lay = self.node.layout
+        whole = len(self.task_tuple) == lay.ntuples  # a task per tuple: task t makes tuple t
+        tt = None if whole else self.task_tuple[t0:t1]
+        return [(c, lin[t0:t1] if whole else lin[tt]) for c, lin in enumerate(lay.lineage[:self.slots_per_task])]
+
+    @property
     def in_child(self) -> np.ndarray:
         return self._inputs[1]
 
@@ -448,6 +473,8 @@ def _inputs_aggregate(w: NodeWork):
     return ptr, np.zeros(int(ptr[-1]), np.int8), members[at]
 
 
+_SLOTS_PER_TASK = {PSource: 0, Broadcast: 1, Shuffle: 1, LocalJoin: 2, LocalFilter: 0, LocalMap: 1}
+
 _INPUTS = {
     PSource: _inputs_none, Broadcast: _inputs_lineage, Shuffle: _inputs_lineage, LocalJoin: _inputs_join,
     LocalAggregate: _inputs_aggregate, LocalFilter: _inputs_none, LocalMap: _inputs_lineage,
@@ -684,7 +711,7 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
                 late[reader[ok][late[p]]] = True  # (a task reading a late task is late)
             _count_into(readers, p)
             del reader, p
-        if w.kind != "transfer" and fusable[b] and len(w.in_tuple) and any(computed[c] for c in n.children):
+        if w.kind != "transfer" and fusable[b] and w.nslots and any(computed[c] for c in n.children):
             readable.append(n)
     result = np.zeros(total, bool)
     for o in work.outputs:
@@ -733,8 +760,11 @@ SLOT_BLOCK = 1 << 21  # input slots the fusion pass derives at once (a node with
 def _task_ranges(w: NodeWork) -> list:
     """``[(t0, t1), ...]``: ``w``'s tasks in consecutive ranges of at most
     :data:`SLOT_BLOCK` input slots each (a task with more: a range of its own)."""
-    m = w.ntasks
-    ptr = np.arange(m + 1) if w.kind == "transfer" else w.in_ptr
+    m, k = w.ntasks, w.slots_per_task
+    if k is not None:
+        step = max(1, SLOT_BLOCK // max(k, 1))
+        return [(t, min(t + step, m)) for t in range(0, m, step)] if m > step else [(0, m)]
+    ptr = w.in_ptr
     if int(ptr[-1]) <= SLOT_BLOCK:
         return [(0, m)]
     out, t0 = [], 0
@@ -751,13 +781,14 @@ def _node_slots(n: PNode, w: NodeWork, b: int, prod: dict, copies: dict, base: d
     producers of their input slots, in call order (producer -1: data); nothing for
     tasks with no input.  A transfer reads its child's tuple; a copy reads the first
     transfer of its array (``copies``).  A reader's slots are all in one range."""
-    if w.kind != "transfer" and not len(w.in_tuple):
+    if w.kind != "transfer" and not w.nslots:
         return
     for t0, t1 in _task_ranges(w) if ranges is None else ranges:
         if w.kind != "transfer":
             yield (t0, t1) + _slots(w, b, [prod[kid] for kid in n.children], ix, t0, t1)
             continue
-        p = prod[n.children[0]][w.in_tuple[t0:t1]]
+        ((_, tup),) = w.fixed_slots(t0, t1)
+        p = prod[n.children[0]][tup]
         for t, first in copies.get(n, ()):
             if t0 <= t < t1:
                 p[t - t0] = base[first[0]] + first[1]
@@ -835,6 +866,16 @@ def _slots(w: NodeWork, b: int, child_prod: list, ix=np.int64, t0: int = 0, t1: 
     ``child_prod[c]`` maps child ``c``'s tuples to the ids of the tasks that make
     them (-1: data)."""
     t1 = w.ntasks if t1 is None else t1
+    if w.slots_per_task is not None:
+        fixed = w.fixed_slots(t0, t1)
+        k = len(fixed)
+        reader = np.arange(b + t0, b + t1, dtype=ix)
+        if k == 1:
+            return reader, child_prod[fixed[0][0]][fixed[0][1]].astype(ix, copy=False)
+        p = np.empty(k * (t1 - t0), ix)
+        for j, (c, tup) in enumerate(fixed):
+            p[j::k] = child_prod[c][tup]
+        return np.repeat(reader, k), p
     ptr = w.in_ptr[t0:t1 + 1]
     s0, s1 = int(ptr[0]), int(ptr[-1])
     reader = np.repeat(np.arange(b + t0, b + t1, dtype=ix), np.diff(ptr))
@@ -1027,7 +1068,7 @@ class FusedCounts:
         if al.any():
             prod[al] = child_prod[0][w.alias[al]]
         fused = sum(s.fused for s in below)
-        if m and len(w.in_tuple):
+        if m and w.nslots:
             sc, sp = _slots(w, b, child_prod)
             ok = sp >= 0
             spc = np.where(ok, sp, 0)
