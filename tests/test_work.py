@@ -691,3 +691,50 @@ def test_fixed_input_slots_are_the_listed_inputs(sites):
                     np.testing.assert_array_equal(w.in_child[k * t0 + j:k * t1:k], c)
                     np.testing.assert_array_equal(w.in_tuple[k * t0 + j:k * t1:k], tup)
     assert {("LocalJoin", 2), ("Shuffle", 1), ("Broadcast", 1), ("LocalMap", 1)} <= seen
+
+
+@pytest.mark.parametrize("share_from", [1, 1 << 16])
+def test_a_join_of_two_full_key_grids_is_the_grid_without_pairing_keys(monkeypatch, share_from):
+    """A join of two relations whose keys are every key below their frontiers, one
+    chunk shape each, is typed as the full grid of its output dims, made directly
+    (``types.RelationType.grid``): the same keys, chunk shapes, dtype and key index
+    as pairing the keys finds, and evaluated to the same relation; ragged blocks,
+    holes or no dims left over take the general rule."""
+    from tra_dask import types as types_module
+    from tra_dask.logical import nodes as lnodes
+    from tra_dask.logical.builders import join
+    from tra_dask.logical.evaluate import evaluate
+    monkeypatch.setattr(types_module, "SHARE_FROM", share_from)
+    r = np.random.default_rng(2)
+    cases = [(td.from_numpy(r.normal(size=(6, 4)), 2, name="G1"), td.from_numpy(r.normal(size=(4, 10)), 2, name="G2"),
+              (1,), (0,), "matmul", True),
+             (td.from_numpy(r.normal(size=(6, 4)), 2, name="H1"), td.from_numpy(r.normal(size=(8, 6)), 2, name="H2"),
+              (0,), (1,), "add", True),  # left dim 0 with right dim 1: keys (i, j, k) from (i, j) and (k, i)
+             (td.from_numpy(r.normal(size=(7, 4)), (3, 2), name="R1"), td.from_numpy(r.normal(size=(4, 5)), 2,
+                                                                                    name="R2"),
+              (1,), (0,), "matmul", False),  # ragged blocks: more than one chunk shape
+             (td.from_numpy(r.normal(size=(6, 4)), 2, name="S1"), td.from_numpy(r.normal(size=(4, 6)), 2, name="S2"),
+              (0, 1), (1, 0), "add", False)]  # every right dim joined: nothing left over
+    took = []
+    real = lnodes._grid_join
+
+    def spy(*a):
+        got = real(*a)
+        took.append(got is not None)
+        return got
+    for left, right, lo, ro, kernel, fast in cases:
+        took.clear()
+        monkeypatch.setattr(lnodes, "_grid_join", spy)
+        j = join(left, right, lo, ro, kernel)
+        monkeypatch.setattr(lnodes, "_grid_join", lambda *a: None)
+        g = join(left, right, lo, ro, kernel)
+        monkeypatch.setattr(lnodes, "_grid_join", real)
+        assert took == [fast]
+        a, b = j.type, g.type
+        np.testing.assert_array_equal(a.keys, b.keys)
+        np.testing.assert_array_equal(a.shape_ids, b.shape_ids)
+        assert a.shapes == b.shapes and a.dtype == b.dtype and a.frontier == b.frontier
+        probe = np.concatenate([b.keys[::2], b.keys[:1] + 50])
+        np.testing.assert_array_equal(a.locate(probe), b.locate(probe))
+        ea, eb = evaluate(j), evaluate(g)
+        assert set(ea) == set(eb) and all(np.allclose(ea[k], eb[k]) for k in eb)

@@ -378,6 +378,9 @@ def join_type(node, strict_ranges: bool = True) -> RelationType:
             )
     rest = [d for d in range(R.arity) if d not in ro]
     arity = L.arity + len(rest)
+    grid = _grid_join(node, L, R, lo, ro, rest, where)
+    if grid is not None:
+        return grid
     if (len(lo) == L.arity and not rest and L.ntuples == R.ntuples
             and ((L.keys is R.keys and lo == ro)
                  or np.array_equal(L.keys[:, list(lo)], R.keys[:, list(ro)]))):
@@ -421,6 +424,32 @@ def join_type(node, strict_ranges: bool = True) -> RelationType:
         dtypes.add(out.dtype)
     dtype = dtypes.pop() if dtypes else np.result_type(L.dtype, R.dtype)
     return RelationType(keys, inv.reshape(-1), out_shapes, dtype, like=L if same_keys else None)
+
+
+def _grid_join(node, L: RelationType, R: RelationType, lo, ro, rest, where) -> "RelationType | None":
+    """The type of a join of two full key grids in one chunk shape each, on dims of
+    equal range, with right dims left over: the full grid of the left dims then the
+    right's others (each left key meets every value of those), in order — made
+    without pairing the keys.  None where that does not hold."""
+    if not rest or len(L.shapes) != 1 or len(R.shapes) != 1 or not L.ntuples or not R.ntuples:
+        return None
+    li, ri = L._index(), R._index()
+    if li is None or ri is None or not li.dense or not ri.dense:
+        return None
+    lf, rf = L.frontier, R.frontier
+    if any(lf[a] != rf[b] for a, b in zip(lo, ro)):
+        return None
+    bases = tuple(lf) + tuple(rf[d] for d in rest)
+    if math.prod(bases) > max_tuples(len(bases)):
+        check_size(where, math.prod(bases), len(bases))
+    la, ra = ArrayType(L.shapes[0], L.dtype), ArrayType(R.shapes[0], R.dtype)
+    try:
+        out = node.kernel.out_type(la, ra)
+    except KernelTypeError as e:
+        raise ValueError(
+            f"{where}: chunk {tuple(L.keys[0].tolist())} of {node.left.label} (shape {la.shape}) and chunk "
+            f"{tuple(R.keys[0].tolist())} of {node.right.label} (shape {ra.shape}) do not fit: {e}") from None
+    return RelationType.grid(bases, out.shape, out.dtype)
 
 
 def _check_reads(where: str, rel: "Relation", reads, what: str) -> None:
