@@ -51,10 +51,11 @@ class Layout:
     def __post_init__(self):
         # positions (rows, sites, lineage) of a large layout are held as int32 while
         # they fit (origins are ids from a process-wide counter: int64)
-        object.__setattr__(self, "rows", _narrow(self.rows))
+        # (and rows or lineage 0 .. n-1 are the shared iota)
+        object.__setattr__(self, "rows", _shared_iota(_narrow(self.rows)))
         object.__setattr__(self, "sites", _narrow(self.sites))
         if self.lineage:
-            object.__setattr__(self, "lineage", tuple(_narrow(a) for a in self.lineage))
+            object.__setattr__(self, "lineage", tuple(_shared_iota(_narrow(a)) for a in self.lineage))
         if self.origin is None:  # fresh ids, reserved now and made when first read (_FreshIds)
             del self.__dict__["origin"]
             object.__setattr__(self, "_origin_start", _reserve(len(self.rows)))
@@ -331,7 +332,11 @@ def join_layout(L: Layout, Lt: RelationType, R: Layout, Rt: RelationType, lo, ro
         )
     lp, rp = _local_pairs(L, Lt, R, Rt, lo, ro)
     rest = [d for d in range(Rt.arity) if d not in ro]
-    rows = _join_rows(L.rows, lp, Lt, R.rows, rp, Rt, rest, out_t)
+    each = lp is rp and len(lp) >= NARROW_FROM and lp is iota(len(lp))  # pair i is tuple i of both sides
+    if each and not rest and out_t.keys is Lt.keys:  # the output's keys are the left's: so are its rows
+        rows = L.rows
+    else:
+        rows = _join_rows(L.rows, lp, Lt, R.rows, rp, Rt, rest, out_t)
     met = np.zeros(out_t.ntuples, bool)
     met[rows] = True
     if not met.all():
@@ -345,7 +350,7 @@ def join_layout(L: Layout, Lt: RelationType, R: Layout, Rt: RelationType, lo, ro
             f"{miss} would be lost ({int((~met).sum())} of {out_t.ntuples} output tuples in all). "
             f"Broadcast one side, or shuffle both on the join dims"
         )
-    return Layout(L.nsites, rows, L.sites[lp], False, (lp, rp))
+    return Layout(L.nsites, rows, L.sites if each else L.sites[lp], False, (lp, rp))
 
 
 def _local_pairs(L: Layout, Lt: RelationType, R: Layout, Rt: RelationType, lo, ro):
@@ -381,6 +386,17 @@ def _alike(L: Layout, Lt: RelationType, R: Layout, Rt: RelationType, lo, ro) -> 
         return False
     rows_alike = (L.rows is R.rows or np.array_equal(L.rows, R.rows))
     return rows_alike and _is_iota(L.rows) and (L.sites is R.sites or np.array_equal(L.sites, R.sites))
+
+
+def _shared_iota(a):
+    """``a``, or the shared :func:`iota` when ``a`` is a long array of positions 0 .. n-1."""
+    if not isinstance(a, np.ndarray) or a.ndim != 1 or len(a) < NARROW_FROM or a.dtype.kind not in "iu":
+        return a
+    n = len(a)
+    held = _GRIDS.get((n, "iota"))
+    if a is held or int(a[0]) != 0 or int(a[-1]) != n - 1 or not bool(np.all(a[1:] > a[:-1])):
+        return a
+    return iota(n)
 
 
 def _is_iota(rows: np.ndarray) -> bool:

@@ -536,6 +536,8 @@ class PlanWork:
         self.masks = masks
         self.need = demand(self.outputs, masks=masks)
         self.nodes = {n: node_work(n, self.need[n], works=works) for n in self.order}  # (works: a caller's cache)
+        # a node work from the cache holds a mask equal to this one (same digest): one copy is kept
+        self.need = {n: self.nodes[n].need for n in self.order}
         self.via: dict = {}
         self.transfers: list[Transfer] = []
         movers = [n for n in self.order if self.nodes[n].kind == "transfer"]
