@@ -223,3 +223,16 @@ def test_optimized_plans_simulate_to_the_reference_and_move_what_they_predict(si
         sim = td.simulate(plan)
         _same(sim.result, td.evaluate(expr))
         assert sim.floats_moved == plan.cost.floats_moved, name
+
+
+def test_strategies_of_a_contraction_over_a_tile_are_named_or_none():
+    """A plan whose aggregated join reads a tile on one side (a map with no key
+    function) is explained: the strategy classifier does not assume every map rekeys."""
+    S1 = td.from_numpy(np.ones((4, 4)), (4, 4), name="S1")
+    S2 = td.from_numpy(np.ones((4, 4)), (4, 4), name="S2")
+    expr = td.aggregate(td.join(td.tile(S2, 0, 1), S1, (), (), "add"), (1, 3), "add")
+    for sites in (1, 2, 3):
+        plan = td.optimize(expr, sites=sites, objective="bytes")
+        assert isinstance(plan.strategies(), list) and "S1" in plan.explain()
+        sim, ref = td.simulate(plan).result, td.evaluate(expr)
+        assert set(sim) == set(ref) and all(np.allclose(sim[k], ref[k]) for k in ref)

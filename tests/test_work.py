@@ -738,3 +738,33 @@ def test_a_join_of_two_full_key_grids_is_the_grid_without_pairing_keys(monkeypat
         np.testing.assert_array_equal(a.locate(probe), b.locate(probe))
         ea, eb = evaluate(j), evaluate(g)
         assert set(ea) == set(eb) and all(np.allclose(ea[k], eb[k]) for k in eb)
+
+
+def _sgd_reading_y_twice():
+    r = np.random.default_rng(0)
+    return ffnn_sgd_step(td.from_numpy(r.normal(size=(8, 4)), (2, 1), name="X"),
+                         td.from_numpy(np.eye(2)[r.integers(0, 2, 8)], (2, 1), name="Y"),
+                         td.from_numpy(r.normal(size=(4, 8)), (1, 8), name="W1"),
+                         td.from_numpy(r.normal(size=(8, 2)), (8, 1), name="W2"), 0.1)
+
+
+def _product_reading_a_twice():
+    r = np.random.default_rng(0)
+    A = td.from_array(r.normal(size=(30, 36)), chunks=(8, 8), name="A")
+    B = td.from_array(r.normal(size=(36, 36)), chunks=(8, 8), name="B")
+    C = td.from_array(r.normal(size=(36, 31)), chunks=(8, 8), name="C")
+    return ((A @ B @ C).T @ A).to_relation(sites=1)[0]
+
+
+@pytest.mark.parametrize("case, sites, obj", [("sgd", 2, "bytes"), ("product", 6, "time")])
+def test_a_chunk_two_placements_put_on_one_site_is_one_array(case, sites, obj):
+    """Data of this process placed by two nodes (a source read twice, under two
+    placements) is one array where both put a chunk on one site: the lowering names
+    it by its content, key and worker, so moving it on to a site is one transfer.
+    The cost, the work and the simulator count it once, as the lowered graph moves it."""
+    expr = _sgd_reading_y_twice() if case == "sgd" else _product_reading_a_twice()
+    plan = td.optimize(expr, sites=sites, objective=obj)
+    sources = [n for n in plan.nodes if isinstance(n, PSource)]
+    assert len({n.source for n in sources}) < len(sources)  # (a source placed twice)
+    check_work(plan)  # the lowered graph's moves are the work's transfers, one each
+    assert td.simulate(plan).floats_moved == plan.cost.floats_moved == plan.work.floats_moved

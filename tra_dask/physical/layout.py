@@ -200,11 +200,38 @@ def _codes(rows, sites, nsites):
     return rows.astype(np.int64) * nsites + sites
 
 
-def source_layout(t: RelationType, sites: np.ndarray | None, nsites: int) -> Layout:
-    """A source on given sites per key, or on all sites (``sites=None``)."""
+def source_layout(t: RelationType, sites: np.ndarray | None, nsites: int, owner=None) -> Layout:
+    """A source on given sites per key, or on all sites (``sites=None``).  ``owner``:
+    the source whose chunk under a key, on a site, is one array whichever node places
+    it there (data of this process, or a cluster's: the lowering names such a chunk
+    by its content, key and worker) — its tuples' origins are ids of (key, site)
+    kept for ``owner`` (:func:`owned_ids`), so two placements of it that put a chunk on
+    one site hold one array, and moving it from there to a site is one transfer."""
     if sites is None:
         return broadcast_layout(Layout(nsites, np.arange(t.ntuples), np.zeros(t.ntuples, np.int64)), t, moved=False)
-    return Layout(nsites, iota(t.ntuples), np.asarray(sites, dtype=np.int64))
+    sites = np.asarray(sites, dtype=np.int64)
+    if owner is None:
+        return Layout(nsites, iota(t.ntuples), sites)
+    origin = np.arange(t.ntuples, dtype=np.int64)
+    origin *= nsites
+    origin += sites
+    origin += owned_ids(owner, nsites, t.ntuples * nsites)
+    lay = Layout(nsites, iota(t.ntuples), sites, False, (), None, origin)
+    object.__setattr__(lay, "_origins_distinct", True)  # a key on one site each: (key, site) ids distinct
+    return lay
+
+
+def owned_ids(owner, tag, n: int) -> int:
+    """The first of ``n`` consecutive ids kept for ``owner`` under ``tag``: reserved on
+    the first call, the same on every later one (while ``owner`` lives)."""
+    global _NEXT_ID
+    with _IDS_LOCK:
+        held = owner.__dict__.setdefault("_owned_ids", {})
+        got = held.get(tag)
+        if got is None or got[1] < n:
+            got = held[tag] = (_NEXT_ID, n)
+            _NEXT_ID += max(n, 1)
+    return got[0]
 
 
 def broadcast_layout(inp: Layout, t: RelationType, moved: bool = True) -> Layout:

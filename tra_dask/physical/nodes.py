@@ -26,7 +26,7 @@ from ..kernels import Kernel
 from ..keys import InsertDim, KeyFn
 from ..logical.nodes import (check_dims, aggregate_type, concat_type, filter_type, join_type, rekey_type,
                              tile_type, transform_type)
-from ..logical.sources import Source
+from ..logical.sources import FromFunction, Source
 from ..node import Node
 from ..types import RelationType
 from . import layout as L
@@ -209,10 +209,12 @@ class PSource(PNode):
         p, t = self.placement_, self.type
         if isinstance(p, All):
             return L.source_layout(t, None, p.nsites)
+        # (chunks a function makes are made by each node's tasks: not one array)
+        owner = None if isinstance(self.source, FromFunction) else self.source
         if isinstance(p, (Part, Grid, Assign)):
-            return L.source_layout(t, p.sites(t), p.nsites)
+            return L.source_layout(t, p.sites(t), p.nsites, owner)
         if isinstance(p, KeySites):
-            return L.source_layout(t, p.sites(t, self.source.label), p.nsites)
+            return L.source_layout(t, p.sites(t, self.source.label), p.nsites, owner)
         raise TypeError(f"source {self.source.label}: unknown placement {p!r}")
 
     @property

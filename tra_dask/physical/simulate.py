@@ -18,8 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels import array_module
+from ..logical.sources import FromFunction
 from ..node import toposort
 from .nodes import Broadcast, ConcatAgg, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PNode, PSource, Shuffle, TileMap
+from .placement import All
 
 __all__ = ["simulate", "SimResult"]
 
@@ -142,12 +144,18 @@ def _source(node: PSource):
     lay, keys = node.layout, node.type.key_list()
     chunks = {k: node.source.load(k) for k in keys}
     placed: set = set()
+    # a chunk of data (not a function's) under a key on a site is one array whichever
+    # node places it there, as the lowering names it (its content, key and worker)
+    owned = not isinstance(node.source, FromFunction) and not isinstance(node.placement_, All)
     for r, site in zip(lay.rows.tolist(), lay.sites.tolist()):
         chunk = chunks[keys[r]]
         if r in placed:  # a replicated source: each site makes its own array
             chunk = chunk.copy()
         placed.add(r)
-        sites[site].append(T(keys[r], chunk, node))
+        t = T(keys[r], chunk, node)
+        if owned:
+            t.copy = ("source", id(node.source), keys[r], site)
+        sites[site].append(t)
     return sites
 
 

@@ -367,7 +367,7 @@ def classify(node: PNode) -> str | None:
         return None
     sides = [inner.left, inner.right]
     under = [s.input if isinstance(s, Shuffle) else s for s in sides]
-    if all(isinstance(u, LocalMap) and getattr(u.op.key_fn, "multiplicity", 1) > 1 for u in under):
+    if all(isinstance(u, LocalMap) and getattr(getattr(u.op, "key_fn", None), "multiplicity", 1) > 1 for u in under):
         if isinstance(sides[0], Shuffle) and sides[0].grid:
             return f"RMM (3-D, {'x'.join(map(str, sides[0].grid))} grid of sites)"
         table = next((x for x in sides if isinstance(x, Shuffle) and x.table), None)
