@@ -768,3 +768,19 @@ def test_a_chunk_two_placements_put_on_one_site_is_one_array(case, sites, obj):
     assert len({n.source for n in sources}) < len(sources)  # (a source placed twice)
     check_work(plan)  # the lowered graph's moves are the work's transfers, one each
     assert td.simulate(plan).floats_moved == plan.cost.floats_moved == plan.work.floats_moved
+
+
+def test_folds_of_the_same_arrays_into_two_groups_are_two_arrays():
+    """An aggregation of an insert_dim's copies folds the same arrays into one group
+    per copy: a task each, so two arrays (the lowering's), and moving both moves
+    both — the simulator counts what the cost and the lowered graph count."""
+    S = td.from_numpy(np.arange(4.0).reshape(2, 2), 1, name="S")
+    R0 = td.aggregate(td.rekey(S, insert_dim(0, 3)), (0, 1), "add")
+    expr = td.join(R0, R0, (0, 1), (0, 1), "min")
+    for sites in (2, 3):
+        plan = td.optimize(expr, sites=sites, objective="bytes")
+        plans = [plan, *plan.alternatives]
+        assert any(p.cost.floats_moved for p in plans)
+        for p in plans:
+            assert td.simulate(p).floats_moved == p.cost.floats_moved
+            check_work(p)

@@ -217,7 +217,7 @@ def _local_join(node: LocalJoin, left: Sites, right: Sites):
 
 def _local_aggregate(node: LocalAggregate, inp: Sites):
     out: Sites = []
-    for tuples in inp:
+    for at, tuples in enumerate(inp):
         groups = defaultdict(list)
         for x in sorted(tuples, key=lambda x: x.key):
             groups[tuple(x.key[d] for d in node.group_by)].append(x)
@@ -231,7 +231,9 @@ def _local_aggregate(node: LocalAggregate, inp: Sites):
                     chunks, axis=node.kernel.array_dim)
             else:
                 chunk = functools.reduce(node.kernel, [x.chunk for x in members])
-            site.append(T(g, chunk, node, members, made=len(members) > 1))
+            # (a fold is a task per group and site: two groups folding the same arrays,
+            # an insert_dim's copies, make two arrays)
+            site.append(T(g, chunk, node, members, made=("fold", g, at) if len(members) > 1 else False))
         out.append(site)
     return out
 
