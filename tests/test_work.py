@@ -644,19 +644,25 @@ def test_the_fusion_pass_over_ranges_of_a_nodes_tasks_fuses_what_it_fuses_whole(
             timing[w.node] = r.uniform(0.1, 3.0, len(w.task_tuple))
         return timing[w.node]
     fusions = (None, Fusion(1, secs, 1.5), Fusion(1, secs, 0.0, 4), Fusion(2, secs, 1e9), Fusion(2, secs, 0.5, 3))
-    for expr in (_many_small_blocks(), _one_sum_per_site(), PROGRAMS["nearest neighbour"], SGD):
-        for sites in (2, 3):
-            plan = td.compile(expr, sites)
-            for fusion in fusions:
-                masks = {o: np.ones(o.layout.ntuples, bool) for o in plan.outputs}
-                whole = PlanWork(plan.outputs, fusion=fusion, masks=masks)
-                monkeypatch.setattr(work_module, "SLOT_BLOCK", block)
-                ranged = PlanWork(plan.outputs, fusion=fusion, masks=masks)
-                monkeypatch.undo()
-                assert dict(ranged.into.items()) == dict(whole.into.items())
-                if whole.producers is not None:
-                    for f in ("work_in", "depth", "readers", "late", "prod"):
-                        np.testing.assert_array_equal(getattr(ranged.producers, f), getattr(whole.producers, f))
+    # (a hand-built plan whose transfers read earlier copies: "copy" tasks in ranges too)
+    S = td.from_numpy(rng.normal(size=(8, 8)), 2, name="S")
+    src = PSource(S, Part((0,), 2))
+    copies = (LocalJoin(Broadcast(src), src, (1,), (0,), td.kernels.get_kernel("matmul")),
+              LocalJoin(Shuffle(src, (1,)), Shuffle(src, (1,)), (1,), (1,), td.kernels.get_kernel("add")))
+    assert PlanWork(copies).via
+    plans = [td.compile(e, s).outputs for e in (_many_small_blocks(), _one_sum_per_site(),
+                                                 PROGRAMS["nearest neighbour"], SGD) for s in (2, 3)]
+    for outputs in plans + [copies]:
+        for fusion in fusions:
+            masks = {o: np.ones(o.layout.ntuples, bool) for o in outputs}
+            whole = PlanWork(outputs, fusion=fusion, masks=masks)
+            monkeypatch.setattr(work_module, "SLOT_BLOCK", block)
+            ranged = PlanWork(outputs, fusion=fusion, masks=masks)
+            monkeypatch.undo()
+            assert dict(ranged.into.items()) == dict(whole.into.items())
+            if whole.producers is not None:
+                for f in ("work_in", "depth", "readers", "late", "prod"):
+                    np.testing.assert_array_equal(getattr(ranged.producers, f), getattr(whole.producers, f))
 
 
 def test_readers_are_counted_over_compact_and_sparse_spans_alike():

@@ -674,9 +674,10 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
     prod = _producer_ids(work, base, index_dtype(total))
     if not total:
         return Fused.none(), _Producers.of(work, prod, *([_EMPTY] * 6), 0)
-    copies: dict = {}
+    copies: dict = {}  # {transfer node: (its copy tasks, the global id of the first transfer each reads)}
     for (n, t), first in work.via.items():
-        copies.setdefault(n, []).append((t, first))
+        copies.setdefault(n, []).append((t, base[first[0]] + first[1]))
+    copies = {n: tuple(np.array(c, dtype=np.int64).reshape(-1, 2).T) for n, c in copies.items()}
     ix = index_dtype(total)  # task ids
     fusable = np.zeros(total, bool)
     site = np.empty(total, index_dtype(max(n.nsites for n in order)))
@@ -705,7 +706,7 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
             fusable[b:b + m] = w.kind in FUSABLE_KINDS
             if fusable[b] and fusion.task_seconds is not None:
                 seconds[b:b + m] = w.seconds(fusion.task_seconds)
-        for _, _, reader, p in _node_slots(n, w, b, prod, copies, base, ix):
+        for _, _, reader, p in _node_slots(n, w, b, prod, copies, ix):
             p = p[p >= 0] if w.kind == "transfer" else p
             if w.kind != "transfer":
                 ok = p >= 0
@@ -732,14 +733,14 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
             # the small-granule rule weighs a reader against its site's work on the whole
             # node: summed over every range before any is decided
             whole = work_in[b:b + m].copy()  # a reader's seconds with every candidate's
-            for t0, t1, sc, sp in _node_slots(n, w, b, prod, copies, base, ix, ranges):
+            for t0, t1, sc, sp in _node_slots(n, w, b, prod, copies, ix, ranges):
                 ok = sp >= 0
                 spc = np.where(ok, sp, 0)
                 cand = _may_fuse(sc, spc, ok, fusable, readers, result, site) & (depth[spc] < MAX_FUSED_DEPTH)
                 whole[t0:t1] += np.bincount(sc[cand] - (b + t0), weights=work_in[spc[cand]], minlength=t1 - t0)
                 del sc, sp, ok, spc, cand
             granule = (whole, np.bincount(site[b:b + m], weights=whole))
-        for t0, t1, sc, sp in _node_slots(n, w, b, prod, copies, base, ix, ranges):
+        for t0, t1, sc, sp in _node_slots(n, w, b, prod, copies, ix, ranges):
             bt, mt = b + t0, t1 - t0
             ok = sp >= 0
             spc = np.where(ok, sp, 0)
@@ -777,7 +778,7 @@ def _task_ranges(w: NodeWork) -> list:
     return out
 
 
-def _node_slots(n: PNode, w: NodeWork, b: int, prod: dict, copies: dict, base: dict, ix, ranges=None):
+def _node_slots(n: PNode, w: NodeWork, b: int, prod: dict, copies: dict, ix, ranges=None):
     """``(t0, t1, reader, producer)`` for each range of ``n``'s tasks (``ranges``,
     default :func:`_task_ranges`): the global ids (from ``b``) of the readers and
     producers of their input slots, in call order (producer -1: data); nothing for
@@ -791,9 +792,10 @@ def _node_slots(n: PNode, w: NodeWork, b: int, prod: dict, copies: dict, base: d
             continue
         ((_, tup),) = w.fixed_slots(t0, t1)
         p = prod[n.children[0]][tup]
-        for t, first in copies.get(n, ()):
-            if t0 <= t < t1:
-                p[t - t0] = base[first[0]] + first[1]
+        if n in copies:
+            ct, first = copies[n]
+            at = (ct >= t0) & (ct < t1)
+            p[ct[at] - t0] = first[at]
         yield t0, t1, np.arange(b + t0, b + t1, dtype=ix), p
 
 
