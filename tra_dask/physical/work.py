@@ -671,9 +671,16 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
     for n in order:
         base[n] = total
         total += work.nodes[n].ntasks
-    prod = _producer_ids(work, base, index_dtype(total))
     if not total:
-        return Fused.none(), _Producers.of(work, prod, *([_EMPTY] * 6), 0)
+        return Fused.none(), _Producers.of(work, _producer_ids(work, base, index_dtype(total)), *([_EMPTY] * 6), 0)
+    # each node's producer ids, made in plan order and let go once every reader has read
+    # them in the first pass — kept for the outputs and for the nodes read in the second
+    prod: dict = {}
+    unread = dict.fromkeys(work.order, 0)  # each node's reads still to come (one per child slot)
+    for n in work.order:
+        for c in n.children:
+            unread[c] += 1
+    keep = set(work.outputs)
     copies: dict = {}  # {transfer node: (its copy tasks, the global id of the first transfer each reads)}
     for (n, t), first in work.via.items():
         copies.setdefault(n, []).append((t, base[first[0]] + first[1]))
@@ -696,26 +703,18 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
     # multiply's join has two per join tuple), so one node's are held at a time:
     # the first counts each task's readers and whether it waits on a transfer, the
     # second (in plan order: fused inputs decided first) fuses
-    for n in order:
+    for n in work.order:
         w = work.nodes[n]
-        b, m = base[n], w.ntasks
-        site[b:b + m] = w.task_site
-        if w.kind == "transfer":
-            late[b:b + m] = True
-        else:
-            fusable[b:b + m] = w.kind in FUSABLE_KINDS
-            if fusable[b] and fusion.task_seconds is not None:
-                seconds[b:b + m] = w.seconds(fusion.task_seconds)
-        for _, _, reader, p in _node_slots(n, w, b, prod, copies, ix):
-            p = p[p >= 0] if w.kind == "transfer" else p
-            if w.kind != "transfer":
-                ok = p >= 0
-                p = p[ok]
-                late[reader[ok][late[p]]] = True  # (a task reading a late task is late)
-            _count_into(readers, p)
-            del reader, p
-        if w.kind != "transfer" and fusable[b] and w.nslots and any(computed[c] for c in n.children):
-            readable.append(n)
+        prod[n] = _producer_ids_of(n, w, base, prod, ix)
+        if w.ntasks:
+            _first_pass(n, w, base[n], prod, copies, ix, site, late, fusable, seconds, readers, fusion)
+            if w.kind != "transfer" and fusable[base[n]] and w.nslots and any(computed[c] for c in n.children):
+                readable.append(n)
+                keep.update(n.children)
+        for c in n.children:
+            unread[c] -= 1
+            if not unread[c] and c not in keep:
+                prod.pop(c, None)
     result = np.zeros(total, bool)
     for o in work.outputs:
         r = prod[o][work.need[o]] if work.masks is not None and o in work.masks else \
@@ -755,6 +754,29 @@ def _fusion(work: PlanWork, fusion: Fusion) -> tuple:
     cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, ix))
     into = Fused(order, np.array([base[n] for n in order], np.int64), cat(producers), cat(into_readers))
     return into, _Producers.of(work, prod, site, fusable, late, work_in, depth, readers, len(into))
+
+
+def _first_pass(n: PNode, w: NodeWork, b: int, prod: dict, copies: dict, ix, site, late, fusable, seconds,
+                readers, fusion: Fusion):
+    """The fusion pass's first pass over node ``n``'s tasks (ids from ``b``): their
+    sites, whether each is a local computation (and its seconds) or waits on a
+    transfer, and how many input slots read each task below."""
+    m = w.ntasks
+    site[b:b + m] = w.task_site
+    if w.kind == "transfer":
+        late[b:b + m] = True
+    else:
+        fusable[b:b + m] = w.kind in FUSABLE_KINDS
+        if fusable[b] and fusion.task_seconds is not None:
+            seconds[b:b + m] = w.seconds(fusion.task_seconds)
+    for _, _, reader, p in _node_slots(n, w, b, prod, copies, ix):
+        p = p[p >= 0] if w.kind == "transfer" else p
+        if w.kind != "transfer":
+            ok = p >= 0
+            p = p[ok]
+            late[reader[ok][late[p]]] = True  # (a task reading a late task is late)
+        _count_into(readers, p)
+        del reader, p
 
 
 SLOT_BLOCK = 1 << 21  # input slots the fusion pass derives at once (a node with more: in ranges of its tasks)
@@ -1090,19 +1112,23 @@ class FusedCounts:
 
 
 def _producer_ids(work: PlanWork, base: dict, ix=np.int64) -> dict:
-    """``{node: ids}``: for each physical tuple of ``node``, the global id (of type
-    ``ix``: every id fits) of the task that makes it (its own task, or through an
-    alias its input's), -1 for data (a scattered or resident chunk) or a tuple the
-    plan does not need."""
+    """``{node: ids}`` of every node of the plan (:func:`_producer_ids_of`)."""
     out: dict = {}
     for n in work.order:
-        w = work.nodes[n]
-        ids = np.full(len(w.made_by), -1, ix)
-        made = w.made_by >= 0
-        if w.kind in TASK_KINDS and w.ntasks:
-            ids[made] = np.add(w.made_by[made], base[n], dtype=ix)
-        al = ~made & (w.alias >= 0)
-        if al.any():
-            ids[al] = out[n.children[0]][w.alias[al]]
-        out[n] = ids
+        out[n] = _producer_ids_of(n, work.nodes[n], base, out, ix)
     return out
+
+
+def _producer_ids_of(n: PNode, w: NodeWork, base: dict, prod: dict, ix=np.int64) -> np.ndarray:
+    """For each physical tuple of ``n``, the global id (of type ``ix``: every id fits)
+    of the task that makes it (its own task, or through an alias its input's: ``prod``
+    holds its first child's), -1 for data (a scattered or resident chunk) or a tuple
+    the plan does not need."""
+    ids = np.full(len(w.made_by), -1, ix)
+    made = w.made_by >= 0
+    if w.kind in TASK_KINDS and w.ntasks:
+        ids[made] = np.add(w.made_by[made], base[n], dtype=ix)
+    al = ~made & (w.alias >= 0)
+    if al.any():
+        ids[al] = prod[n.children[0]][w.alias[al]]
+    return ids
