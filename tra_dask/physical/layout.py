@@ -221,12 +221,15 @@ def source_layout(t: RelationType, sites: np.ndarray | None, nsites: int, owner=
     return lay
 
 
+_OWNED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # owner -> {tag: (first id, count)}
+
+
 def owned_ids(owner, tag, n: int) -> int:
     """The first of ``n`` consecutive ids kept for ``owner`` under ``tag``: reserved on
     the first call, the same on every later one (while ``owner`` lives)."""
     global _NEXT_ID
     with _IDS_LOCK:
-        held = owner.__dict__.setdefault("_owned_ids", {})
+        held = _OWNED.setdefault(owner, {})
         got = held.get(tag)
         if got is None or got[1] < n:
             got = held[tag] = (_NEXT_ID, n)
