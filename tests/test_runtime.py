@@ -281,6 +281,22 @@ def test_transfers_count_only_this_submission(client):
     assert r2.transfers() == r2.plan.cost.bytes_moved == 0
 
 
+def test_transfers_of_a_later_submission_are_not_this_ones(client):
+    """A submission's measured bytes stay its own when the same expression is submitted
+    again right after it ended (reading the same inputs on the same workers)."""
+    import dask.array as da
+    from distributed import futures_of, wait
+    X = client.persist(da.from_array(np.random.default_rng(0).random((181, 263)), chunks=((181,), 90)))
+    wait(futures_of(X))
+    td.submit(td.einsum("ij,kj->ik", X, X), client=client).to_numpy()  # (its plan cached)
+    rf = td.submit(td.einsum("ij,kj->ik", X, X), client=client).wait()
+    alone = rf.transfers()
+    assert alone > 0
+    for _ in range(3):
+        td.submit(td.einsum("ij,kj->ik", X, X), client=client).wait()  # starts within ms of the last end
+        assert rf.transfers() == alone
+
+
 def test_plan_must_place_cluster_data_where_it_is(client):
     rf = td.submit(matmul(M, M), client=client).wait()
     with pytest.raises(ValueError, match=r"lives on site"):

@@ -318,7 +318,9 @@ class RelationFutures(Mapping):
         Data sent to the client is not counted, nor a transfer of the same key to a
         worker where none of its tasks read it (another submission's); another
         submission reading the same input on the same worker at the same time would
-        be.  Times are the workers' own clocks.  After a recovery: the first run's and
+        be, and so would a later one's that ran before this submission's first
+        ``wait()`` returned (its end: call ``wait()`` before submitting again to read
+        each alone).  Times are the workers' own clocks.  After a recovery: the first run's and
         the recovery's transfers, as the surviving workers logged them.  The logs are
         read under the liveness watch: a worker that stopped answering is removed from
         the cluster, and its log is lost with it, as a lost worker's."""
@@ -332,13 +334,18 @@ class RelationFutures(Mapping):
                     mine |= t.dependencies
         reads = {w: keys for w, keys in reads.items() if keys}
         live = set(workers_info(self.client))  # a lost worker's log is lost with it
-        since, until = self._started, self._finished + 0.5
+        since, until = self._started, self._finished
 
-        def count(dask_worker, reads=reads, since=since, until=until):
+        def count(dask_worker, reads=reads, since=since, until=until, asked=time.time()):
             # "middle" is on the worker's own clock; "start"/"stop" are shifted by its
             # estimate of the scheduler's clock offset, which a busy host gets wrong by
             # tens of ms (measured: an earlier submission's transfers logged 5-40 ms
-            # after this one's start that the receiving worker had before it)
+            # after this one's start that the receiving worker had before it).  Every
+            # transfer this submission made was logged before its results were done
+            # (client clock: ``until``); a worker whose clock runs ahead of the client's
+            # logs it later by as much — what this call's arrival says, at most 0.5 s —
+            # and a later submission's transfers are logged after it
+            until = until + min(max(time.time() - asked, 0.0), 0.5) + 0.01
             total = 0
             for e in dask_worker.transfer_outgoing_log:
                 wanted = reads.get(e["who"])
