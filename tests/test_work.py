@@ -206,6 +206,8 @@ def _nested(func, args) -> set:
 def _evaluated(expr) -> list:
     res = td.evaluate(expr, check=False)
     outs, _ = flatten_outputs(expr)
+    if isinstance(res, (tuple, list)):  # a tuple of outputs (of one, too)
+        return list(res)
     if len(outs) == 1:
         return [res]
     return list(res.values()) if isinstance(res, dict) else list(res)
@@ -790,3 +792,7 @@ def test_folds_of_the_same_arrays_into_two_groups_are_two_arrays():
         for p in plans:
             assert td.simulate(p).floats_moved == p.cost.floats_moved
             check_work(p)
+
+
+def test_a_tuple_of_one_output_lowers_as_predicted():
+    check_work(td.optimize((matmul(A, B),), sites=2))
