@@ -626,3 +626,51 @@ def test_a_reader_that_cannot_run_over_one_candidate_of_a_shared_node_is_planned
     out0 = td.join(td.aggregate(j, (0,), "add"), j, (0,), (1,), "add")
     for objective in ("time", "bytes"):
         check_every_plan((out0, S0), 2, placements={"S0": "all"}, objective=objective)
+
+
+def _max_received_above_the_join(plan):
+    """The most floats any one site receives in any one move of ``plan``'s fold (the
+    moves above its join)."""
+    from tra_dask.node import toposort
+    from tra_dask.physical import LocalJoin
+
+    return max(int(nc.recv_per_site.max()) for n, nc in plan.cost.nodes.items()
+               if nc.recv_per_site is not None and any(isinstance(m, LocalJoin) for m in toposort([n.input])))
+
+
+@pytest.mark.parametrize("bk,sites", [(3, 2), (5, 3), (9, 4), (17, 8), (12, 5), (16, 8), (33, 16)])
+@pytest.mark.parametrize("bi,bj", [(2, 2), (1, 1), (1, 3)])
+def test_every_reduction_tree_simulates_to_the_reference_and_moves_what_it_predicts(bk, sites, bi, bj):
+    """Each CMM plan with a reduction tree (every fan-in the rule offers) simulates to
+    the reference and moves exactly its predicted floats: each partial product once,
+    as the flat CMM does, plus at most one per output chunk (the last fold's site,
+    where the flat fold's is, may hold none).  With one output chunk, the fan-in-2
+    tree sends each site at most one partial product per move, where the flat fold
+    sends up to sites - 1 into one (with a row of output chunks, one of each)."""
+    from tra_dask.optimizer import rules as R
+    from tra_dask.optimizer.plan import Plan
+    from tra_dask.node import toposort
+
+    rng = np.random.default_rng(100 * bk + sites)
+    a = td.from_numpy(rng.standard_normal((4 * bi, 3 * bk)), (4, 3), name="A")
+    b = td.from_numpy(rng.standard_normal((3 * bk, 2 * bj)), (3, 2), name="B")
+    expr = td.programs.matmul(a, b)
+    want = td.evaluate(expr)
+    root = td.compile(expr, sites=sites).outputs[0]
+    flat = [Plan([t], None, sites, "exact", expr) for t in R.cmm(root)]
+    trees = [Plan([t], None, sites, "exact", expr) for t in R.cmm_tree(root)]
+    assert len(flat) == 1 and len(trees) == sum(bk > f for f in R.domain.TREE_FANINS)
+    out_floats = 4 * bi * 2 * bj
+    for p in trees:
+        sim = td.simulate(p)
+        same_tuples(sim.result, want, f"tree plan, {sites} sites:\n{_describe(p)}\n")
+        assert p.cost.floats_moved == sim.floats_moved
+        assert flat[0].cost.floats_moved <= p.cost.floats_moved <= flat[0].cost.floats_moved + out_floats
+        assert "tree" in p.strategies()[0]
+        levels = sum(1 for n in toposort(p.outputs) if R.is_pure_rekey(n))
+        assert 1 <= levels <= math.ceil(math.log(bk, 2))
+    if bi == 1:  # the tree's groups are of the contracted dim's values: one per row of output chunks
+        assert _max_received_above_the_join(trees[0]) <= 4 * 2 * bj
+    if bi == bj == 1:
+        assert _max_received_above_the_join(trees[0]) == 4 * 2
+        assert _max_received_above_the_join(flat[0]) == 4 * 2 * (min(sites, bk) - 1)

@@ -10,7 +10,7 @@ from ..node import canonical, toposort
 from .cost import COST_MODELS, Cost, plan_cost
 from ..units import fmt_bytes as _fmt_bytes
 from ..physical import LocalAggregate, Shuffle
-from .rules import classify
+from .rules import classify, is_pure_rekey
 from .bounds import plan_lower_bound
 from ..viz import plan_html, to_networkx, visualize
 from ..physical.nodes import PSource
@@ -148,10 +148,12 @@ class Plan:
     def strategies(self) -> list[str]:
         """The recognised strategies of the plan's contractions (BMM/CMM/RMM,
         data-/model-parallel), in plan order."""
-        inner = set()  # the first fold of a pre-aggregated contraction is named with the last
+        inner = set()  # the folds below a contraction's last (pre-aggregation, a tree's levels) are named with it
         for n in self.nodes:
             if isinstance(n, LocalAggregate):
                 below = n.input.input if isinstance(n.input, Shuffle) else n.input
+                while is_pure_rekey(below):
+                    below = below.input.input if isinstance(below.input, Shuffle) else below.input
                 if isinstance(below, LocalAggregate):
                     inner.add(below)
         return [s for s in (classify(n) for n in self.nodes if n not in inner) if s]

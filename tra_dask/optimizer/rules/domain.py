@@ -7,7 +7,8 @@ the two free dims — and yields the whole implementation:
 * BMM: broadcast one operand; the other stays where it is (its free dim's
   partitioning carries to the output, so the final shuffle may be a no-op);
 * CMM: co-partition both operands on the contracted dim, fold locally, shuffle only
-  the partial products (pre-aggregation, R2-5);
+  the partial products (pre-aggregation, R2-5); ``cmm_tree`` folds those partial
+  products by a reduction tree instead of into one site per output chunk;
 * RMM: the 3-D algorithm — replicate each operand along the other's free dim
   (``insert_dim``, the paper's insertDim/duplicate), shuffle both on the output's
   (i, j), join on all three dims, aggregate locally.
@@ -20,7 +21,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Iterator, NamedTuple
 
-from ...keys import insert_dim, project
+import numpy as np
+
+from ...keys import BinOp, Const, Dim, KeyMap, insert_dim, project
 from ...node import toposort
 from ...physical import (Assign, Broadcast, Grid, KeyArrayMap, KeySites, LocalAggregate, LocalJoin, LocalMap, PNode,
                          PSource, Shuffle, affinity_table, blocked_table)
@@ -134,6 +137,86 @@ def cmm(c: Contraction) -> Iterator[PNode]:
         all_dims = tuple(range(len(c.group_by)))
         yield from attempt(lambda: LocalAggregate(
             shuffle(LocalAggregate(join, c.group_by, c.agg), all_dims), all_dims, c.agg))
+
+
+#: fan-ins of the reduction trees :func:`cmm_tree` offers
+TREE_FANINS = (2, 4)
+
+
+def _value_sites(x: PNode, dim: int) -> np.ndarray:
+    """The site of a physical tuple with each value of key dim ``dim`` (-1: no tuple)."""
+    t, lay = x.type, x.layout
+    out = np.full(t.frontier[dim], -1, dtype=np.int64)
+    out[t.keys[lay.rows, dim]] = lay.sites
+    return out
+
+
+def _group_sites(sites_of: np.ndarray, groups: int) -> tuple:
+    """The site of each group of values ``v ≡ g (mod groups)``: where its member g is
+    (else any member that exists; else site 0)."""
+    table = []
+    for g in range(groups):
+        members = sites_of[g::groups]
+        there = members[members >= 0]
+        table.append(int(there[0]) if len(there) else 0)
+    return tuple(table)
+
+
+def _tree_level(x: PNode, dim: int, groups: int, agg) -> PNode:
+    """One level of a reduction tree over key dim ``dim`` of ``x`` (values 0..K-1):
+    the key's value v becomes (v mod groups) in place and (v // groups) as a new last
+    dim (an injective rekey, no data touched), each group of values moves to the site
+    of its first member (``Shuffle`` by a table on ``dim``) and is folded there, so
+    the output keeps the key with ``groups`` values on ``dim``."""
+    arity = x.type.arity
+    exprs = [Dim(d) for d in range(arity)]
+    exprs[dim] = BinOp("%", Dim(dim), Const(groups))
+    exprs.append(BinOp("//", Dim(dim), Const(groups)))
+    split = LocalMap(x, KeyArrayMap(KeyMap(tuple(exprs))))
+    table = _group_sites(_value_sites(x, dim), groups)
+    return LocalAggregate(shuffle(split, (dim,), table=table), tuple(range(arity)), agg)
+
+
+def reduction_tree(x: PNode, dim: int, group_by: tuple, agg, fanin: int) -> PNode:
+    """``Σ_group_by(x)`` — ``dim`` not in ``group_by``, the other dims in it — as a
+    tree of folds: by associativity and commutativity, Σ over the values of ``dim``
+    is Σ over groups of Σ within them.  A first level folds the values one site holds
+    when there are more than sites (values v ≡ g mod sites), then each level folds
+    groups of ``fanin``, each on the site of one member, and the last folds each
+    output chunk's survivors (at most ``fanin``) where the flat fold would (a Shuffle
+    by ``group_by``).  A flat fold sends all K partial results of an output chunk into
+    one site; the tree sends each once too (one more where the last fold's site holds
+    none) but at most ``fanin - 1`` of a chunk into a site per level (log_fanin K levels)."""
+    K = x.type.frontier[dim]
+    s = x.nsites
+    if K > s:
+        x, K = _tree_level(x, dim, s, agg), s
+    while K > fanin:
+        groups = -(-K // fanin)
+        x, K = _tree_level(x, dim, groups, agg), groups
+    return LocalAggregate(shuffle(x, group_by), group_by, agg)
+
+
+@contraction_rule
+def cmm_tree(c: Contraction) -> Iterator[PNode]:
+    """CMM with a reduction tree: co-partition on the contracted dim, multiply each
+    site's pairs, then fold the partial products over the contracted dim by
+    :func:`reduction_tree` (fan-ins :data:`TREE_FANINS`) instead of shuffling all of
+    them to one site per output chunk.  Each partial product still moves once (the
+    1-D bound's (K-1)·|C| words), but no site receives more than ``fanin - 1`` of
+    an output chunk's per level.  Offered when the contracted dim has more values
+    than the fan-in and the join holds each value on one site."""
+    if c.left.nsites == 1:
+        return
+    for join in attempt(lambda: LocalJoin(shuffle(c.left, (c.a,)), shuffle(c.right, (c.b,)), (c.a,), (c.b,), c.kernel)):
+        K = join.type.frontier[c.a]
+        t, lay = join.type, join.layout
+        vals = t.keys[lay.rows, c.a]
+        if np.any(_value_sites(join, c.a)[vals] != lay.sites):  # a value on two sites: no tree by values
+            continue
+        for f in TREE_FANINS:
+            if K > f:
+                yield from attempt(lambda f=f: reduction_tree(join, c.a, c.group_by, c.agg, f))
 
 
 def _replicated_join(c: Contraction, left: PNode, right: PNode, move) -> PNode:
@@ -343,7 +426,7 @@ def place_free_source(node: PNode) -> Iterator[PNode]:
         yield from attempt(lambda: PSource(src.source, node.target, free=True))
 
 
-DOMAIN_RULES = (bmm, cmm, rmm, rmm_grid, affinity_mm, place_free_source)
+DOMAIN_RULES = (bmm, cmm, cmm_tree, rmm, rmm_grid, affinity_mm, place_free_source)
 
 
 def _role(join: PNode, dim: int) -> str:
@@ -353,6 +436,12 @@ def _role(join: PNode, dim: int) -> str:
     return "contracted dim" if dim == join.left_on[0] else "left operand's free dim"
 
 
+def is_pure_rekey(node: PNode) -> bool:
+    """A LocalMap that only rekeys, one key to one (a reduction tree's level)."""
+    return (isinstance(node, LocalMap) and isinstance(node.op, KeyArrayMap) and node.op.kernel is None
+            and node.op.key_fn.multiplicity == 1)
+
+
 def classify(node: PNode) -> str | None:
     """Name the strategy a plan node uses for a contraction: BMM (which side is
     broadcast), CMM or RMM; with ``data-parallel``/``model-parallel`` for a product
@@ -360,8 +449,9 @@ def classify(node: PNode) -> str | None:
     parallelism; broadcasting the left, the data, is model parallelism)."""
     if not isinstance(node, LocalAggregate):
         return None
-    inner = node.input
-    while isinstance(inner, (Shuffle, LocalAggregate)):
+    inner, tree = node.input, False
+    while isinstance(inner, (Shuffle, LocalAggregate)) or is_pure_rekey(inner):
+        tree = tree or isinstance(inner, LocalMap)
         inner = inner.input
     if not isinstance(inner, LocalJoin) or inner.key_fn is not None or not isinstance(node.kernel, type(inner.kernel)):
         return None
@@ -386,5 +476,7 @@ def classify(node: PNode) -> str | None:
                 name += ", data-parallel" if i == 1 else ", model-parallel"
             return name
     if len(inner.left_on) == 1:
+        if tree:
+            return "CMM (co-partitioned on the contracted dim, partial products folded by a tree)"
         return "CMM (co-partitioned on the contracted dim)"
     return None
