@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..optimizer.objective import FastestTime
-from ..optimizer.optimize import NoPlanFits, band_note, within_band
+from ..optimizer.optimize import TRAFFIC_RATIO, NoPlanFits, band_note, within_band
 from .nodes import Einsum, Leaf, Slice
 
 __all__ = ["AxisClasses", "Choice", "check_chunking", "choose"]
@@ -279,6 +279,29 @@ def _descend(cands, free, start, starts, cost):
     return best
 
 
+def _least_traffic_candidate(ranked: list, tried: dict, estimate) -> tuple | None:
+    """The chunking estimated within :data:`PLANNED_MARGIN` of the best, spread over as
+    many sites (:meth:`~tra_dask.frontend.estimate.Estimator.spread`), that moves the
+    fewest floats by the estimate (:meth:`~tra_dask.frontend.estimate.Estimator.moved`),
+    when it moves a :data:`~tra_dask.optimizer.optimize.TRAFFIC_RATIO`-th or less of
+    every chunking planned and is not planned yet; else None.  The estimate ranks by
+    seconds, and a plan that moves far less within the model's error band is the time
+    objective's choice (:func:`less_traffic_chunking`): it must be among those planned."""
+    moved = getattr(estimate, "moved", None)
+    planned = [k for k, v in tried.items() if v[1] < math.inf]
+    if moved is None or not ranked or not planned or ranked[0][0] == math.inf:
+        return None
+    spread = getattr(estimate, "spread", lambda k: 0)
+    wide = spread(list(ranked[0][1]))  # (no fewer sites than the fastest: idle sites are not what the band buys)
+    near = [(moved(list(k)), v, k) for v, k in ranked
+            if v <= ranked[0][0] * PLANNED_MARGIN and k not in tried and spread(list(k)) >= wide]
+    if not near:
+        return None
+    floats, _, k = min(near)
+    least_planned = min(moved(list(k2)) for k2 in planned)
+    return k if floats < least_planned and floats * TRAFFIC_RATIO <= least_planned else None
+
+
 def less_traffic_chunking(tried: dict, best: list) -> tuple[list, str]:
     """``(blocks, note)``: the time objective's rule under its own error
     (:func:`~tra_dask.optimizer.optimize.within_band`, as ``less_traffic`` applies it
@@ -427,6 +450,13 @@ def choose(cl: AxisClasses, sites: int, evaluate, final=None, estimate=None, set
                 refusals.append(str(e))
                 if peak is not None:
                     unfit = min(unfit, peak(k))
+        quiet = _least_traffic_candidate(ranked, tried, estimate)
+        if quiet is not None:  # planned too, for the time objective's band to weigh (less_traffic_chunking)
+            try:
+                tried[quiet] = evaluate(list(quiet))
+            except NoPlanFits as e:
+                tried[quiet] = (None, math.inf)
+                refusals.append(str(e))
         if not tried or all(v[1] == math.inf for v in tried.values()):
             got = again_finer()
             if got is not None:

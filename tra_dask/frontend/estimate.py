@@ -79,7 +79,9 @@ class Estimator:
         named = {id(n.data): n.data.nbytes for n in classes.nodes
                  if isinstance(n, Leaf) and n.kind == "numpy" and isinstance(n.data, np.ndarray)}
         self.naming = sum(named.values()) / spec.hash_bandwidth
-        self._derived: dict = {}  # blocks -> (footprint, peak, tasks) of their estimate
+        self._derived: dict = {}  # blocks -> (footprint, peak, tasks, floats moved, sites spread) of their estimate
+        self._moved = self._step_moved = 0.0
+        self._grid = self._step_grid = 0
         # nodes whose chunks need not be made: maps that may run inside their reader's kernel
         # (an elementwise result read only by maps and per-chunk reductions, as (a * b + 1).sum(0))
         readers: dict = {}
@@ -110,10 +112,11 @@ class Estimator:
         cl = self.cl
         seconds, tasks = 0.0, 0
         self._footprint = self._peak = 0.0
+        self._moved, self._grid = 0.0, 0
         for n in cl.nodes:
             nb = [self._nblocks(n, a, blocks) for a in range(n.ndim)]
             if not isinstance(n, Einsum) and not self._fits(n, blocks):
-                self._derived[tuple(blocks)] = (self._footprint, math.inf, 0)
+                self._derived[tuple(blocks)] = (self._footprint, math.inf, 0, math.inf, 0)
                 return math.inf
             if isinstance(n, Leaf):
                 tasks += math.prod(nb)
@@ -130,11 +133,11 @@ class Estimator:
                     s2, t2 = self._recut(n, blocks)
                     s, t = s + s2, t + t2
             if s == math.inf:
-                self._derived[tuple(blocks)] = (self._footprint, math.inf, 0)  # (the footprint: what the refusal says)
+                self._derived[tuple(blocks)] = (self._footprint, math.inf, 0, math.inf, 0)  # (the footprint: what the refusal says)
                 return math.inf
             seconds += s
             tasks += t
-        self._derived[tuple(blocks)] = (self._footprint, self._peak, tasks)
+        self._derived[tuple(blocks)] = (self._footprint, self._peak, tasks, self._moved, self._grid)
         results = [(math.prod(r.shape) * np.dtype(r.dtype).itemsize,
                     math.prod(self._nblocks(r, a, blocks) for a in range(r.ndim))) for r in self.roots]
         seconds += gather_seconds(results, self.spec) + self.naming
@@ -169,6 +172,17 @@ class Estimator:
         """The tasks of the idealised plan the estimate of ``blocks`` prices (0 where
         it is ``inf``)."""
         return self._derive(blocks)[2]
+
+    def moved(self, blocks) -> float:
+        """Floats the contractions' idealised plans move under ``blocks`` (each operand
+        piece to the grid's other sites that need it, each partial product once to be
+        summed; ``inf`` where the estimate is): the chooser plans the chunking of least
+        traffic near the fastest, for the time objective's band to weigh."""
+        return self._derive(blocks)[3]
+
+    def spread(self, blocks) -> int:
+        """The most sites a contraction's idealised grid uses under ``blocks``."""
+        return self._derive(blocks)[4]
 
     def _derive(self, blocks) -> tuple:
         if tuple(blocks) not in self._derived:
@@ -431,12 +445,14 @@ class Estimator:
         hit = self._contracts.get(key)
         if hit is None:
             before, self._footprint = (self._footprint, self._peak), 0.0
-            self._peak = 0.0
+            self._peak = self._step_moved = self._step_grid = 0.0
             s, t = self._contract_once(group, out, involved, sizes, letters, itemsize, complex_, dtype)
-            hit = self._contracts[key] = (s, t, self._footprint, self._peak)
+            hit = self._contracts[key] = (s, t, self._footprint, self._peak, self._step_moved, self._step_grid)
             self._footprint, self._peak = before
         self._footprint = max(self._footprint, hit[2])
         self._peak = max(self._peak, hit[3])
+        self._moved += hit[4]
+        self._grid = max(self._grid, hit[5])
         return hit[0], hit[1]
 
     def _contract_once(self, group, out, involved, sizes, letters, itemsize, complex_, dtype) -> tuple[float, int]:
@@ -467,6 +483,23 @@ class Estimator:
                   for g, grp in zip(ins, group)]
         out_chunk = math.prod(chunk[i] for i in outs) * itemsize
         cost_per_float = itemsize / self.link
+        # a matrix product whose grid splits only the summed index may fold its partial
+        # products by a tree (the optimizer's cmm_tree, fan-in 2): each site receives one
+        # partial of every result chunk per level, at the cost of a fold task per pair
+        matrix = len(group) == 2 and all(len(g) == 2 for g in group) and len(contracted) == 1
+        overhead = self.spec.task_overhead
+
+        def folding(p, grid, split) -> tuple[float, int]:
+            """(seconds a busy site spends receiving the partial sums, with the tree's
+            fold tasks' overhead; the tree's fold tasks, 0 for the flat fold)."""
+            if split == 1:
+                return 0.0, 0
+            flat = out_size * (split - 1) / min(out_blocks, grid) * cost_per_float
+            if not matrix or split < 4 or any(p[i] > 1 for i in outs):
+                return flat, 0
+            folds = out_blocks * (split - 1)
+            up = out_size * math.ceil(math.log2(split)) * cost_per_float + folds * overhead
+            return (up, folds) if up < flat else (flat, 0)
 
         def seconds(p, grid):
             per_site_calls = 1
@@ -484,10 +517,10 @@ class Estimator:
             split = 1
             for i in contracted:
                 split *= p[i]
-            if split > 1:  # partial sums folded onto one site of each result chunk
-                recv += out_size * (split - 1) / min(out_blocks, grid)
+            if split > 1:  # partial sums folded onto one site of each result chunk (or by a tree)
                 send += out_size * split / grid
-            return (per_site_calls * per_call / rate + (recv + send) * cost_per_float
+            fold, _ = folding(p, grid, split)
+            return (per_site_calls * per_call / rate + (recv + send) * cost_per_float + fold
                     + per_site_calls * out_chunk / self.fresh)
 
         largest = max([math.prod(chunk[i] for i in g) for g in ins] + [math.prod(chunk[i] for i in outs)])
@@ -522,6 +555,11 @@ class Estimator:
 
         best, p, _ = greedy(seconds)
         self._peak = peak(p)
+        split = math.prod(p[i] for i in contracted)
+        grid = math.prod(p)
+        self._step_grid = grid
+        self._step_moved = out_size * (split - 1) + sum(
+            size * (grid // math.prod(p[i] for i in g) - 1) for g, size, _ in inputs)
         if self._peak > self.memory:  # the fastest grid holds too much: a plan that fits spreads the
             # products further (the grids on the way to the least held: the fastest of them that fits,
             # else the least held) — its peak is the guide; the seconds stay the fastest grid's
@@ -529,6 +567,10 @@ class Estimator:
             fit = [(seconds(q, g), held) for held, q, g in visited if held <= self.memory]
             self._peak = min(fit)[1] if fit else visited[-1][0]
         tasks = calls + (out_blocks if calls > out_blocks else 0)
+        _, folds = folding(p, grid, split)
+        if folds:
+            tasks += folds - out_blocks  # the tree's folds are tasks (the caller charges their overhead)
+            best -= folds * overhead
         return best, tasks
 
 
