@@ -162,3 +162,44 @@ def test_a_block_read_through_a_memory_manager_cycle_stays_where_it_was(client):
     read = client.submit(_read_slowly, block, 2.5, key=key, workers=[other], allow_other_workers=False)
     assert read.result() == 100_000.0
     assert set(_who_has(client, [block.key])[block.key]) == {home}
+
+
+def _integer_chunk(key, rows, cols):
+    return np.random.default_rng(1000 * key[0] + key[1] + rows).integers(-4, 5, (rows, cols)).astype(np.float64)
+
+
+def _chunk_of(rows, cols):
+    import functools
+
+    return functools.partial(_integer_chunk, rows=rows, cols=cols)
+
+
+def test_reduction_trees_run_where_planned_and_move_what_they_predict(client):
+    """CMM plans whose partial products are folded by a reduction tree (each fan-in
+    the rule offers; 11-32 cuts of the contracted dim over 8 workers, one or two
+    result chunks), submitted twice each: the exact product of integer-valued chunks,
+    every task on the worker the plan named, and the bytes the workers logged equal
+    to the plan's prediction."""
+    from tra_dask.optimizer import rules as R
+    from tra_dask.optimizer.plan import Plan
+    from tra_dask.programs import matmul
+
+    runs = 0
+    for bk, bj in ((16, 1), (11, 2), (32, 1)):
+        A = td.from_function(_chunk_of(40, 30), (40, 30 * bk), (40, 30), "float64", name="A")
+        B = td.from_function(_chunk_of(30, 20), (30 * bk, 20 * bj), (30, 20), "float64", name="B")
+        expr = matmul(A, B)
+        want = td.to_numpy(A) @ td.to_numpy(B)
+        trees = list(R.cmm_tree(td.compile(expr, sites=WORKERS).outputs[0]))
+        assert len(trees) == 2
+        for tree in trees:
+            plan = Plan([tree], None, WORKERS, "exact", expr)
+            assert "tree" in plan.strategies()[0] and plan.cost.bytes_moved > 0
+            for _ in range(2):
+                rf = td.submit(plan, client=client)
+                np.testing.assert_array_equal(rf.to_numpy(), want)
+                ran, planned = rf.ran_on(), rf.planned_on()
+                assert set(ran) == set(planned) and all(ran[k] == w for k, w in planned.items())
+                assert rf.transfers() == plan.cost.bytes_moved, plan.explain()
+                runs += 1
+    assert runs == 12
