@@ -674,3 +674,74 @@ def test_every_reduction_tree_simulates_to_the_reference_and_moves_what_it_predi
     if bi == bj == 1:
         assert _max_received_above_the_join(trees[0]) == 4 * 2
         assert _max_received_above_the_join(flat[0]) == 4 * 2 * (min(sites, bk) - 1)
+
+
+# (join kernel, left_on, right_on, the operands' shapes in blocks of (c, c), whether
+# chunks may be ragged): contractions of the kinds cmm_tree matches
+TREE_JOINS = {
+    "matmul": ((1,), (0,), lambda i, k, j: ((i, k), (k, j)), True),
+    "matmul_tn": ((0,), (0,), lambda i, k, j: ((k, i), (k, j)), True),
+    "matmul_nt": ((1,), (1,), lambda i, k, j: ((i, k), (j, k)), True),
+    "mul": ((1,), (0,), lambda i, k, j: ((i, k), (k, j)), False),
+    "sub": ((1,), (0,), lambda i, k, j: ((i, k), (k, j)), False),
+}
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(TREE_JOINS)), st.sampled_from(["add", "max", "min"]),
+       st.integers(1, 3), st.integers(3, 24), st.integers(1, 3), st.integers(2, 9), st.integers(0, 2),
+       st.integers(0, 2**32 - 1))
+def test_reduction_trees_over_random_contractions_simulate_to_the_reference(kernel, agg, bi, bk, bj, sites,
+                                                                           ragged, seed):
+    """Every plan cmm_tree makes -- over contractions with other join kernels
+    (transposed products, elementwise kernels that do not distribute over the fold),
+    other associative and commutative folds, ragged edge chunks, 2 to 9 sites, 3 to
+    24 values of the contracted dim -- simulates to the reference and moves exactly
+    its predicted floats."""
+    from tra_dask.optimizer import rules as R
+    from tra_dask.optimizer.plan import Plan
+
+    left_on, right_on, shapes, may_be_ragged = TREE_JOINS[kernel]
+    c = 3
+    cut = ragged if may_be_ragged else 0  # elements short of the last block of each dim
+    rng = np.random.default_rng(seed)
+    ops = []
+    for name, blocks in zip("AB", shapes(bi, bk, bj)):
+        shape = tuple(c * b - (cut if b > 1 else 0) for b in blocks)
+        ops.append(td.from_numpy(rng.standard_normal(shape), (c, c), name=name))
+    A, B = ops
+    j = td.join(A, B, left_on, right_on, kernel)
+    expr = td.aggregate(j, tuple(d for d in range(3) if d != left_on[0]), agg)
+    want = td.evaluate(expr)
+    root = td.compile(expr, sites=sites).outputs[0]
+    trees = list(R.cmm_tree(root))
+    assert len(trees) == sum(bk > f for f in R.domain.TREE_FANINS)
+    for t in trees:
+        p = Plan([t], None, sites, "exact", expr)
+        sim = td.simulate(p)
+        same_tuples(sim.result, want, f"{kernel}/{agg} tree plan, {sites} sites:\n{_describe(p)}\n")
+        assert p.cost.floats_moved == sim.floats_moved
+
+
+@pytest.mark.parametrize("program", ["matmul", "relu", "row_sum", "chain", "shared"])
+def test_programs_whose_plans_fold_by_a_tree_simulate_to_the_reference(program):
+    """Where the time model takes the reduction tree (slow kernels on 8 sites: the flat
+    fold's one receiving site is the critical path) inside a larger program -- a map
+    above the product, a second product over its result, two outputs sharing it --
+    the chosen plan and every alternative simulate to the reference and move their
+    predicted floats."""
+    from tra_dask.programs import matmul
+
+    rng = np.random.default_rng(5)
+    A = td.from_numpy(rng.standard_normal((20, 16 * 20)), (20, 20), name="A")
+    B = td.from_numpy(rng.standard_normal((16 * 20, 20)), (20, 20), name="B")
+    C = td.from_numpy(rng.standard_normal((20, 30)), (20, 10), name="C")
+    ab = matmul(A, B)
+    expr = {"matmul": ab, "relu": td.transform(ab, "relu"), "row_sum": td.transform(ab, "row_sum"),
+            "chain": matmul(ab, C), "shared": (td.transform(ab, "relu"), matmul(ab, C))}[program]
+    cluster = td.ClusterSpec(8, bandwidth=1e7, rates={"blas": 1e6, "elementwise": 1e5}, task_overhead=1e-4)
+    plan = check_every_plan(expr, 8, objective="time", cluster=cluster)
+    trees = [p for p in [plan, *plan.alternatives] if any("tree" in s for s in p.strategies())]
+    assert trees, [p.strategies() for p in [plan, *plan.alternatives]]
+    if program in ("matmul", "relu"):
+        assert "tree" in plan.strategies()[0]
