@@ -148,12 +148,15 @@ class Plan:
     def strategies(self) -> list[str]:
         """The recognised strategies of the plan's contractions (BMM/CMM/RMM,
         data-/model-parallel), in plan order."""
+        def under_move(n):
+            return n.input.input if isinstance(n.input, Shuffle) else n.input
+
         inner = set()  # the folds below a contraction's last (pre-aggregation, a tree's levels) are named with it
         for n in self.nodes:
             if isinstance(n, LocalAggregate):
-                below = n.input.input if isinstance(n.input, Shuffle) else n.input
+                below = under_move(n)
                 while is_pure_rekey(below):
-                    below = below.input.input if isinstance(below.input, Shuffle) else below.input
+                    below = under_move(below)
                 if isinstance(below, LocalAggregate):
                     inner.add(below)
         return [s for s in (classify(n) for n in self.nodes if n not in inner) if s]

@@ -130,10 +130,15 @@ def bmm(c: Contraction) -> Iterator[PNode]:
             yield from attempt(lambda: LocalAggregate(shuffle(join, c.group_by), c.group_by, c.agg))
 
 
+def _co_partitioned_join(c: Contraction) -> PNode:
+    """Both operands shuffled on the contracted dim and joined there (CMM's join)."""
+    return LocalJoin(shuffle(c.left, (c.a,)), shuffle(c.right, (c.b,)), (c.a,), (c.b,), c.kernel)
+
+
 @contraction_rule
 def cmm(c: Contraction) -> Iterator[PNode]:
     """Cross-product matrix multiply: co-partition on the contracted dim, pre-aggregate."""
-    for join in attempt(lambda: LocalJoin(shuffle(c.left, (c.a,)), shuffle(c.right, (c.b,)), (c.a,), (c.b,), c.kernel)):
+    for join in attempt(lambda: _co_partitioned_join(c)):
         all_dims = tuple(range(len(c.group_by)))
         yield from attempt(lambda: LocalAggregate(
             shuffle(LocalAggregate(join, c.group_by, c.agg), all_dims), all_dims, c.agg))
@@ -208,11 +213,10 @@ def cmm_tree(c: Contraction) -> Iterator[PNode]:
     than the fan-in and the join holds each value on one site."""
     if c.left.nsites == 1:
         return
-    for join in attempt(lambda: LocalJoin(shuffle(c.left, (c.a,)), shuffle(c.right, (c.b,)), (c.a,), (c.b,), c.kernel)):
+    for join in attempt(lambda: _co_partitioned_join(c)):
         K = join.type.frontier[c.a]
-        t, lay = join.type, join.layout
-        vals = t.keys[lay.rows, c.a]
-        if np.any(_value_sites(join, c.a)[vals] != lay.sites):  # a value on two sites: no tree by values
+        lay = join.layout
+        if np.any(_value_sites(join, c.a)[join.type.keys[lay.rows, c.a]] != lay.sites):  # a value on two sites
             continue
         for f in TREE_FANINS:
             if K > f:
