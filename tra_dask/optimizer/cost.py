@@ -139,7 +139,7 @@ def _floats_moved(node: PNode, model: str, need: np.ndarray) -> int:
     # one transfer per distinct (source object, destination): copies that share an
     # array (insert_dim, a pure rekey) travel once
     if not lay.origins_distinct():
-        idx = idx[_first_occurrences(lay.origin[idx])]
+        idx = idx[_first_occurrences(lay.origin_at(idx))]
     return int(node.type.chunk_sizes[lay.rows[idx]].sum())
 
 
@@ -158,7 +158,7 @@ def _bytes_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
     else:
         idx = np.flatnonzero(need)
         if not lay.origins_distinct():
-            idx = idx[_first_occurrences(lay.origin[idx])]
+            idx = idx[_first_occurrences(lay.origin_at(idx))]
     if len(t.shapes) == 1:  # one chunk size: count arrays per site
         return np.bincount(lay.sites[idx], minlength=lay.nsites) * (int(t.shape_sizes[0]) * t.dtype.itemsize)
     return np.bincount(lay.sites[idx], weights=chunk_bytes(node, idx), minlength=lay.nsites).astype(np.int64)
@@ -511,9 +511,9 @@ def _needed_move_arrays(n: PNode, mask: np.ndarray) -> tuple:
     lay = n.layout
     idx = np.flatnonzero(lay.moved & mask)
     if not lay.origins_distinct():
-        idx = idx[_first_occurrences(lay.origin[idx])]
-    return (n.input.layout.origin[lay.lineage[0][idx]].astype(np.int64), lay.sites[idx].astype(np.int64),
-            lay.origin[idx], n.type.chunk_sizes[lay.rows[idx]])
+        idx = idx[_first_occurrences(lay.origin_at(idx))]
+    return (n.input.layout.origin_at(lay.lineage[0][idx]).astype(np.int64), lay.sites[idx].astype(np.int64),
+            lay.origin_at(idx), n.type.chunk_sizes[lay.rows[idx]])
 
 
 def brute_force_frontier(node: PNode) -> tuple:

@@ -27,7 +27,7 @@ import numpy as np
 from ..types import (RelationType, first_of_each, join_codes, join_pairs, key_codes, sorting_permutation, unique,
                      unique_inverse)
 
-__all__ = ["Layout", "PlacementError"]
+__all__ = ["Gathered", "Layout", "PlacementError"]
 
 
 class PlacementError(ValueError):
@@ -54,12 +54,19 @@ class Layout:
         # (and rows or lineage 0 .. n-1 are the shared iota)
         object.__setattr__(self, "rows", _shared_iota(_narrow(self.rows)))
         object.__setattr__(self, "sites", _narrow(self.sites))
+        given = self.lineage
         if self.lineage:
             object.__setattr__(self, "lineage", tuple(_shared_iota(_narrow(a)) for a in self.lineage))
-        if self.origin is None:  # fresh ids, reserved now and made when first read (_FreshIds)
+        if self.origin is None:  # fresh ids, reserved now and made when first read (_Origins)
             del self.__dict__["origin"]
             object.__setattr__(self, "_origin_start", _reserve(len(self.rows)))
             object.__setattr__(self, "_origins_distinct", True)  # fresh ids are distinct: nothing to check
+        elif isinstance(self.origin, Gathered):  # made when read and not held (_Origins)
+            g = self.origin
+            del self.__dict__["origin"]
+            narrowed = {id(a): n for a, n in zip(given, self.lineage)}  # (the lineage's arrays, not copies)
+            chain = tuple(narrowed.get(id(ix)) if id(ix) in narrowed else _narrow(ix) for ix in g.chain)
+            object.__setattr__(self, "_origin_of", Gathered(g.base, chain, g.moved_from))
 
     @property
     def ntuples(self) -> int:
@@ -94,8 +101,9 @@ class Layout:
             if n <= 1:
                 v = True
             else:
-                lo, hi = int(self.origin.min()), int(self.origin.max())
-                v = hi - lo + 1 >= n and len(unique(self.origin - lo, bound=hi - lo + 1)) == n
+                origin = self.origin  # (one read: a gathered origin is made on each)
+                lo, hi = int(origin.min()), int(origin.max())
+                v = hi - lo + 1 >= n and len(unique(origin - lo, bound=hi - lo + 1)) == n
             object.__setattr__(self, "_origins_distinct", v)
         return v
 
@@ -114,22 +122,70 @@ class Layout:
     def single_copy(self) -> bool:
         return len(unique(self.rows)) == len(self.rows)
 
+    def origin_at(self, idx) -> np.ndarray:
+        """``origin[idx]``, without making the whole array when the origins are held
+        as fresh ids or as a gather (:class:`Gathered`)."""
+        d = self.__dict__
+        if "origin" not in d:
+            got = d.get("_origin_of")
+            if got is not None:
+                return got.at(self, idx)
+            idx = np.asarray(idx)
+            if idx.dtype.kind in "iu":  # fresh ids: the position plus the first id
+                return idx.astype(np.int64) + d["_origin_start"]
+            return self.origin[idx]
+        return d["origin"][idx]
 
-class _FreshIds:
-    """``Layout.origin`` of a layout made without one: the fresh ids reserved for it,
-    ``np.arange(start, start + ntuples)``, made on first read (a join's 10^7 ids,
-    8 bytes each, that nothing may read: a local aggregation of it reads none)."""
+
+@dataclass(frozen=True, eq=False)
+class Gathered:
+    """A layout's origins held as a recipe, made when read (:class:`_Origins`):
+    ``base[chain[0][chain[1][...]]]`` — a pure rekey or insert_dim's copies hold
+    their input tuples' arrays, so their origins are the input's at the lineage —
+    and, with ``moved_from = (start, lo)``, each tuple the layout moved holds
+    ``start + (o - lo) * nsites + site`` instead of the origin ``o`` it carried: an
+    id per (object, destination site), as :func:`fresh_per_class` makes, from a
+    block of ids reserved for the layout.  The chain's arrays are lineages the
+    layouts hold anyway: a 3-D multiply's two replicas and their two shuffles hold
+    no origin array (8 bytes per join tuple each)."""
+
+    base: np.ndarray
+    chain: tuple
+    moved_from: "tuple | None" = None
+
+    def at(self, lay: "Layout", idx=None) -> np.ndarray:
+        """The origins of ``lay``'s tuples ``idx`` (positions; None: every tuple)."""
+        j = idx
+        for ix in reversed(self.chain):
+            j = ix if j is None else ix[j]
+        o = self.base[j]
+        if self.moved_from is not None:
+            start, lo = self.moved_from
+            mv, site = (lay.moved, lay.sites) if idx is None else (lay.moved[idx], lay.sites[idx])
+            o = o.astype(np.int64, copy=True)
+            o[mv] = (o[mv] - lo) * lay.nsites + site[mv] + start
+        return o
+
+
+class _Origins:
+    """``Layout.origin`` where none is held: fresh ids (a layout made without
+    origins: ``np.arange(start, start + ntuples)``, made on first read and then held
+    — a join's 10^7 ids that nothing may read: a local aggregation of it reads none),
+    or a :class:`Gathered`'s ``base[index]``, made on every read."""
 
     def __get__(self, lay, owner=None):
         if lay is None:
             return None
+        got = lay.__dict__.get("_origin_of")
+        if got is not None:
+            return got.at(lay)
         start = lay.__dict__["_origin_start"]
         ids = np.arange(start, start + len(lay.rows), dtype=np.int64)
         object.__setattr__(lay, "origin", ids)
         return ids
 
 
-Layout.origin = _FreshIds()  # (read only where no origin was given: the others are in the instance)
+Layout.origin = _Origins()  # (read only where no origin array was given: the others are in the instance)
 
 
 NARROW_FROM = 1 << 16  # arrays of positions this long or longer are narrowed (small ones: not worth a pass)
@@ -256,10 +312,10 @@ def broadcast_layout(inp: Layout, t: RelationType, moved: bool = True) -> Layout
     np.copyto(src.reshape(n, s), first[:, None], where=missing.reshape(n, s))
     mv = missing if moved else np.zeros(n * s, bool)
     if not mv.any():
-        return Layout(s, rows, sites, False, (src,), mv, inp.origin[src])
-    row_origin = inp.origin[first]
+        return Layout(s, rows, sites, False, (src,), mv, inp.origin_at(src))
+    row_origin = inp.origin_at(first)
     if n > 1 and not bool(np.all(row_origin[1:] > row_origin[:-1])):
-        origin = inp.origin[src]
+        origin = inp.origin_at(src)
         origin[mv] = fresh_per_class(origin[mv], sites[mv], s)
         return Layout(s, rows, sites, False, (src,), mv, origin)
     # the moved tuples, in layout order, are (row, site) pairs in row-major order whose
@@ -269,7 +325,7 @@ def broadcast_layout(inp: Layout, t: RelationType, moved: bool = True) -> Layout
     origin = np.cumsum(mv, dtype=np.int64)
     origin += _reserve(int(origin[-1])) - 1
     held = unique(codes)  # the copies used in place (the tuples not moved) keep their objects
-    origin[held] = inp.origin[src[held]]
+    origin[held] = inp.origin_at(src[held])
     lay = Layout(s, rows, sites, False, (src,), mv, origin)
     if inp.origins_distinct():  # new ids are new: distinct iff the input's (a small layout) are
         object.__setattr__(lay, "_origins_distinct", True)
@@ -348,7 +404,20 @@ def shuffle_layout(inp: Layout, t: RelationType, dest: np.ndarray) -> Layout:
     src[inp.rows[at_dest]] = np.flatnonzero(at_dest)  # a copy already there is used in place
     moved = np.ones(t.ntuples, bool)
     moved[inp.rows[at_dest]] = False
-    return Layout(s, rows, dest, False, (src,), moved, _moved_origin(inp.origin[src], dest, moved, s, copy=False))
+    return Layout(s, rows, dest, False, (src,), moved, _moved_origins(inp, src, dest, moved, s))
+
+
+def _moved_origins(inp: Layout, src: np.ndarray, dest: np.ndarray, moved: np.ndarray, s: int):
+    """The origins of a move of ``inp``'s tuples ``src`` to ``dest`` (:func:`_moved_origin`);
+    a recipe (:class:`Gathered`) when ``inp``'s are one with no moves (a pure rekey's,
+    an insert_dim's) and the objects they carry span few enough ids."""
+    got = inp.__dict__.get("_origin_of")
+    if got is not None and got.moved_from is None and len(got.base):
+        lo, hi = int(got.base.min()), int(got.base.max())
+        span = (hi - lo + 1) * s
+        if span <= 4 * max(len(src), 1) * s + 1024 and span < 1 << 40:
+            return Gathered(got.base, got.chain + (src,), (_reserve(span), lo))
+    return _moved_origin(inp.origin_at(src), dest, moved, s, copy=False)
 
 
 def join_layout(L: Layout, Lt: RelationType, R: Layout, Rt: RelationType, lo, ro, out_t: RelationType,
@@ -518,7 +587,7 @@ def aggregate_layout(inp: Layout, in_t: RelationType, group_by, out_t: RelationT
     if single.any():
         first = np.full(len(uniq), -1, dtype=np.int64)
         first[out_index[::-1]] = np.arange(len(out_index))[::-1]
-        origin[single] = inp.origin[first[single]]
+        origin[single] = inp.origin_at(first[single])
     if partial and not can_be_partial:
         bad = int(np.flatnonzero(have != need[out_rows])[0])
         raise PlacementError(
@@ -564,8 +633,10 @@ def expand_layout(inp: Layout, n_in: int, out_rows: np.ndarray, src_rows: np.nda
         rows = out_sorted[np.repeat(starts[inp.rows], c) + offset]
         sites = inp.sites[phys]
     first = None
-    if data == "same":
-        origin = inp.origin[phys]
+    if data == "same":  # the input's arrays, gathered when read
+        got = inp.__dict__.get("_origin_of")
+        origin = Gathered(inp.origin, (phys,)) if got is None or got.moved_from is not None else \
+            Gathered(got.base, got.chain + (phys,))
         if k_each and m and inp.origins_distinct():  # copy 0 of each input tuple is the first of its array
             first = np.arange(0, m * k_each, k_each)
     elif data == "per_input":

@@ -251,7 +251,7 @@ class NodeWork:
     def task_array(self) -> np.ndarray:
         """For a move: the array (input layout origin) each task carries."""
         ilay = self.node.children[0].layout
-        return ilay.origin[self.node.layout.lineage[0][self.task_tuple]]
+        return ilay.origin_at(self.node.layout.lineage[0][self.task_tuple])
 
     @cached_property
     def task_src(self) -> np.ndarray:
@@ -353,7 +353,7 @@ def _derive_move(w: NodeWork, node):
         # — what grouping finds, without sorting the codes of 10^7 broadcast tuples
         w._one_task_each("transfer", idx)
         return
-    origin = node.input.layout.origin[src[idx]]
+    origin = node.input.layout.origin_at(src[idx])
     w._one_task_per_group("transfer", origin * lay.nsites + lay.sites[idx], idx)
 
 
@@ -393,7 +393,7 @@ def _derive_map(w: NodeWork, node: LocalMap):
         if inp.origins_distinct():
             w._one_task_per_group("kernel", src[idx], idx)
         else:  # copies of one array (an insert_dim's) make one call (layout: expand_layout)
-            w._one_task_per_group("kernel", inp.origin[src[idx]].astype(np.int64) * inp.nsites + inp.sites[src[idx]],
+            w._one_task_per_group("kernel", inp.origin_at(src[idx]).astype(np.int64) * inp.nsites + inp.sites[src[idx]],
                                   idx)
 
 
@@ -543,7 +543,7 @@ class PlanWork:
         movers = [n for n in self.order if self.nodes[n].kind == "transfer"]
         if movers:  # the first task (plan order) that moves an (array, destination site) makes the transfer
             ws = [self.nodes[n] for n in movers]
-            first = first_moves([(w.task_array, w.task_site, n.layout.origin[w.task_tuple])
+            first = first_moves([(w.task_array, w.task_site, n.layout.origin_at(w.task_tuple))
                                  for n, w in zip(movers, ws)], max(n.nsites for n in movers))
             node_of = np.repeat(np.arange(len(ws)), [len(w.task_site) for w in ws])
             task_of = np.concatenate([np.arange(len(w.task_site), dtype=np.int64) for w in ws])
