@@ -706,8 +706,9 @@ def test_a_join_of_two_full_key_grids_is_the_grid_without_pairing_keys(monkeypat
     """A join of two relations whose keys are every key below their frontiers, one
     chunk shape each, is typed as the full grid of its output dims, made directly
     (``types.RelationType.grid``): the same keys, chunk shapes, dtype and key index
-    as pairing the keys finds, and evaluated to the same relation; ragged blocks,
-    holes or no dims left over take the general rule."""
+    as pairing the keys finds, and evaluated to the same relation, with right dims
+    left over or none (every right dim joined: the left's grid); ragged blocks or
+    holes take the general rule."""
     from tra_dask import types as types_module
     from tra_dask.logical import nodes as lnodes
     from tra_dask.logical.builders import join
@@ -722,7 +723,7 @@ def test_a_join_of_two_full_key_grids_is_the_grid_without_pairing_keys(monkeypat
                                                                                     name="R2"),
               (1,), (0,), "matmul", False),  # ragged blocks: more than one chunk shape
              (td.from_numpy(r.normal(size=(6, 4)), 2, name="S1"), td.from_numpy(r.normal(size=(4, 6)), 2, name="S2"),
-              (0, 1), (1, 0), "add", False)]  # every right dim joined: nothing left over
+              (0, 1), (1, 0), "add", True)]  # every right dim joined: nothing left over
     took = []
     real = lnodes._grid_join
 

@@ -513,7 +513,7 @@ class RelationType:
     :meth:`duplicates`), continuity is a property (:attr:`is_continuous`).
     """
 
-    __slots__ = ("keys", "shape_ids", "shapes", "dtype", "_memo")
+    __slots__ = ("_keys", "shape_ids", "shapes", "dtype", "_memo")
 
     def __init__(self, keys, shape_ids, shapes: Sequence[Shape], dtype, *, sort: bool = True,
                  like: "RelationType | None" = None):
@@ -563,7 +563,7 @@ class RelationType:
         if len(shapes) == 1 and len(shape_ids) and not _is_zeros_view(shape_ids):
             shape_ids = zeros_view(len(shape_ids))  # (one shape: every id is 0)
         shape_ids.setflags(write=False)
-        self.keys = keys
+        self._keys = keys
         self.shape_ids = shape_ids
         self.shapes = shapes
         self.dtype = np.dtype(dtype)
@@ -573,24 +573,67 @@ class RelationType:
     def grid(cls, bases: tuple, shape: Shape, dtype) -> "RelationType":
         """The type whose keys are every key below ``bases``, in order, each with a
         chunk of ``shape``: made without sorting or coding them (a 3-D multiply's
-        join of two full grids: 10^7 keys), its key array shared (:func:`dense_keys`)."""
+        join of two full grids: 10^7 keys).  Its key array is made when first read
+        (:func:`dense_keys`, shared); what the planner asks of a grid (its size, its
+        groups, the sites of its keys: :meth:`key_column`) needs none."""
         bases = tuple(int(b) for b in bases)
         n = math.prod(bases)
-        t = cls(dense_keys(bases), zeros_view(n), [shape], dtype, sort=False)
+        if not n:
+            return cls(np.zeros((0, len(bases)), np.int64), [], [shape], dtype)
+        t = cls(np.zeros((1, len(bases)), np.int64), zeros_view(1), [shape], dtype, sort=False)
+        t._keys, t.shape_ids = None, zeros_view(n)
         index = _KeyIndex.__new__(_KeyIndex)
         index.bases, index.codes, index.order, index.dense = bases, None, None, True
         t._memo.update(frontier=bases if n else (0,) * len(bases), distinct=True, index=index)
         return t
 
+    @property
+    def keys(self) -> np.ndarray:
+        """The keys, sorted, read-only (an ``(ntuples, arity)`` int64 array)."""
+        k = self._keys
+        if k is None:  # a grid's, made on first read
+            k = dense_keys(self._memo["frontier"])
+            k.setflags(write=False)
+            self._keys = k
+        return k
+
+    @property
+    def is_grid(self) -> bool:
+        """Whether the keys are every key below the frontier, in order (known without
+        reading them: a type made by :meth:`grid`, or whose keys were found so)."""
+        index = self._memo.get("index")
+        return index is not None and index.dense and len(self.shapes) <= 1
+
+    def key_column(self, d: int) -> np.ndarray:
+        """Key dim ``d`` of every key: ``keys[:, d]``, or for a grid whose keys are
+        not made, ``arange(frontier[d])`` shaped to broadcast over the grid (of shape
+        the frontier; :func:`flat_over` makes it one value per key)."""
+        if self._keys is None:
+            f = self._memo["frontier"]
+            return np.arange(f[d]).reshape([f[d] if j == d else 1 for j in range(len(f))])
+        return self._keys[:, d]
+
+    def column(self, d: int) -> np.ndarray:
+        """Key dim ``d`` of every key, one value per key (``keys[:, d]``; for a grid
+        whose keys are not made, that column alone)."""
+        return flat_over(self.key_column(d), self.frontier)
+
+    def same_keys(self, other: "RelationType") -> bool:
+        """Whether ``other``'s keys are this type's key array itself (a cheap test,
+        not a comparison): the same array, or grids of one frontier."""
+        if self._keys is not None and self._keys is other._keys:
+            return True
+        return self.is_grid and other.is_grid and self.frontier == other.frontier
+
     # -- basic facts -------------------------------------------------------
     @property
     def arity(self) -> int:
         """Key arity ``k``."""
-        return self.keys.shape[1]
+        return len(self._memo["frontier"]) if self._keys is None else self._keys.shape[1]
 
     @property
     def ntuples(self) -> int:
-        return self.keys.shape[0]
+        return len(self.shape_ids)
 
     @property
     def rank(self) -> int:
@@ -752,12 +795,11 @@ class RelationType:
     def __eq__(self, other) -> bool:
         if not isinstance(other, RelationType):
             return NotImplemented
-        return (
-            self.dtype == other.dtype
-            and self.keys.shape == other.keys.shape
-            and bool(np.array_equal(self.keys, other.keys))
-            and self._same_chunk_shapes(other)
-        )
+        if self.dtype != other.dtype or (self.ntuples, self.arity) != (other.ntuples, other.arity):
+            return False
+        if self.is_grid and other.is_grid:  # every key below the frontier: equal iff the frontiers are
+            return self.frontier == other.frontier and self._same_chunk_shapes(other)
+        return bool(np.array_equal(self.keys, other.keys)) and self._same_chunk_shapes(other)
 
     def _same_chunk_shapes(self, other: "RelationType") -> bool:
         """Row by row, equal chunk shapes (``shapes`` tables hold distinct shapes)."""
@@ -819,6 +861,28 @@ def _shared_grid(bases: tuple, keys: np.ndarray) -> np.ndarray:
             keys.setflags(write=False)
             _GRIDS[bases] = keys
     return keys
+
+
+def group_rows(t: RelationType, dims, out: RelationType) -> np.ndarray:
+    """For each key of ``t``, the row in ``out`` of its values on ``dims``
+    (``out.locate(t.keys, dims)``): their mixed-radix code, without ``t``'s keys,
+    when both are grids and ``out``'s frontier is ``t``'s on those dims."""
+    dims = list(dims)
+    if t.is_grid and out.is_grid and t.ntuples and out.frontier == tuple(t.frontier[d] for d in dims):
+        code = np.zeros((), np.int64)
+        for d, b in zip(dims, out.frontier):
+            code = code * b + t.key_column(d)
+        return flat_over(code, t.frontier)
+    return out.locate(t.keys, dims)
+
+
+def flat_over(a: np.ndarray, bases: tuple) -> np.ndarray:
+    """One value per key of the grid ``bases`` (in key order) of ``a``, an array that
+    broadcasts over it (:meth:`RelationType.key_column`'s and arithmetic on them);
+    ``a`` itself when it already is one per key (a column of made keys)."""
+    if a.ndim == 1:  # (a lazy grid's columns have its arity's dims: 1-D is one per key)
+        return a
+    return np.ascontiguousarray(np.broadcast_to(a, tuple(bases))).reshape(-1)
 
 
 def dense_keys(bases: tuple) -> np.ndarray:

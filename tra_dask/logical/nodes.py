@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels import Kernel, KernelTypeError
-from ..keys import KeyFn, Predicate
+from ..keys import InsertDim, KeyFn, Predicate
 from ..node import Node, toposort
 from ..viz import relation_html
 from ..types import (ArrayType, Key, RelationType, Shape, mixed_radix_cols, check_size, encode_rows, join_codes,
@@ -305,6 +305,9 @@ def aggregate_type(node) -> RelationType:
     object.__setattr__(node, "group_by", gb)
     if t.ntuples == 0:
         return RelationType(np.zeros((0, len(gb)), np.int64), [], [], t.dtype)
+    if t.is_grid:  # one chunk shape; the groups are every key below the group-by dims' frontier
+        _check_fold_kernel(where, node.kernel, [t.shapes[0]], t.dtype)
+        return RelationType.grid(tuple(t.frontier[d] for d in gb), t.shapes[0], t.dtype)
     uniq, first, inv = _groups(t, gb)
     # every group must hold chunks of one shape: the fold maps T x T -> T
     ns = len(t.shapes)
@@ -319,20 +322,23 @@ def aggregate_type(node) -> RelationType:
             f"(group by the dims that index the smaller edge chunks too)"
         )
     used = np.bincount(t.shape_ids, minlength=ns) > 0 if ns > 1 else [True]
-    for sid, s in enumerate(t.shapes):
-        if not used[sid]:
-            continue
-        a = ArrayType(s, t.dtype)
+    _check_fold_kernel(where, node.kernel, [s for sid, s in enumerate(t.shapes) if used[sid]], t.dtype)
+    return RelationType(t.keys[first][:, list(gb)], t.shape_ids[first], t.shapes, t.dtype)
+
+
+def _check_fold_kernel(where: str, kernel, shapes, dtype) -> None:
+    """An aggregation kernel maps two chunks of each shape folded to one of that shape."""
+    for s in shapes:
+        a = ArrayType(s, dtype)
         try:
-            out = node.kernel.out_type(a, a)
+            out = kernel.out_type(a, a)
         except KernelTypeError as e:
             raise ValueError(f"{where}: {e}") from None
         if out != a:
             raise ValueError(
-                f"{where}: kernel {node.kernel!r} maps two {a} chunks to {out}; an "
+                f"{where}: kernel {kernel!r} maps two {a} chunks to {out}; an "
                 f"aggregation kernel must return chunks of its input type"
             )
-    return RelationType(t.keys[first][:, list(gb)], t.shape_ids[first], t.shapes, t.dtype)
 
 
 def _groups(t: RelationType, gb) -> tuple:
@@ -428,10 +434,10 @@ def join_type(node, strict_ranges: bool = True) -> RelationType:
 
 def _grid_join(node, L: RelationType, R: RelationType, lo, ro, rest, where) -> "RelationType | None":
     """The type of a join of two full key grids in one chunk shape each, on dims of
-    equal range, with right dims left over: the full grid of the left dims then the
-    right's others (each left key meets every value of those), in order — made
-    without pairing the keys.  None where that does not hold."""
-    if not rest or len(L.shapes) != 1 or len(R.shapes) != 1 or not L.ntuples or not R.ntuples:
+    equal range: the full grid of the left dims then the right's others (each left
+    key meets every value of those; with none left, the right key of its values), in
+    order — made without pairing the keys.  None where that does not hold."""
+    if len(L.shapes) != 1 or len(R.shapes) != 1 or not L.ntuples or not R.ntuples:
         return None
     li, ri = L._index(), R._index()
     if li is None or ri is None or not li.dense or not ri.dense:
@@ -471,6 +477,12 @@ def rekey_type(node) -> RelationType:
     if node.key_fn.multiplicity > 1:  # a replication map: more tuples out than in
         check_size(where, t.ntuples * node.key_fn.multiplicity, t.arity + 1,
                    what=f"{t.ntuples:,} tuples x {node.key_fn.multiplicity} copies")
+    if isinstance(node.key_fn, InsertDim) and t.is_grid and t.ntuples and node.key_fn.pos <= t.arity:
+        # copies of every key below the frontier, the new dim's values 0..count-1: every
+        # key below the new frontier (no key made, sorted or checked)
+        f = t.frontier
+        p = node.key_fn.pos
+        return RelationType.grid(f[:p] + (node.key_fn.count,) + f[p:], t.shapes[0], t.dtype)
     try:  # the order of the pairs is free (the type sorts): take the one that needs no sort
         keys, rows = node.key_fn.apply_sorted(t.keys)
     except (TypeError, ValueError) as e:

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..types import (RelationType, first_of_each, join_codes, join_pairs, key_codes, sorting_permutation, unique,
-                     unique_inverse)
+from ..types import (RelationType, first_of_each, group_rows, join_codes, join_pairs, key_codes, sorting_permutation,
+                     unique, unique_inverse)
 
 __all__ = ["Gathered", "Layout", "PlacementError"]
 
@@ -100,6 +100,8 @@ class Layout:
             n = self.ntuples
             if n <= 1:
                 v = True
+            elif "_origin_of" in self.__dict__:  # from the first of each: one pass over compact codes
+                v = len(self.first_positions()) == n
             else:
                 origin = self.origin  # (one read: a gathered origin is made on each)
                 lo, hi = int(origin.min()), int(origin.max())
@@ -112,7 +114,11 @@ class Layout:
         position when the origins are distinct).  Computed once."""
         v = self.__dict__.get("_first_positions")
         if v is None:
-            if self.origins_distinct():
+            got = self.__dict__.get("_origin_of")
+            if got is not None:  # (a recipe's classes, coded compactly)
+                v = np.flatnonzero(first_of_each(got.codes(self)) == np.arange(self.ntuples))
+                v = iota(self.ntuples) if len(v) == self.ntuples else v
+            elif self.origins_distinct():
                 v = iota(self.ntuples)
             else:
                 v = np.flatnonzero(first_of_each(self.origin) == np.arange(self.ntuples))
@@ -155,16 +161,39 @@ class Gathered:
 
     def at(self, lay: "Layout", idx=None) -> np.ndarray:
         """The origins of ``lay``'s tuples ``idx`` (positions; None: every tuple)."""
+        o = self._carried(idx)
+        if self.moved_from is None:
+            return o
+        start, lo = self.moved_from
+        return self._patched(lay, idx, o, lo, start)
+
+    def codes(self, lay: "Layout") -> np.ndarray:
+        """Ints equal exactly where ``lay``'s origins are, in a compact range (for
+        :func:`~tra_dask.types.first_of_each`'s table): the carried objects from 0,
+        the moved copies' ids after them."""
+        lo = int(self.base.min())
+        o = self._carried(None) - lo
+        if self.moved_from is None:
+            return o
+        return self._patched(lay, None, o, 0, int(self.base.max()) - lo + 1)
+
+    def _carried(self, idx) -> np.ndarray:
         j = idx
         for ix in reversed(self.chain):
             j = ix if j is None else ix[j]
-        o = self.base[j]
-        if self.moved_from is not None:
-            start, lo = self.moved_from
-            mv, site = (lay.moved, lay.sites) if idx is None else (lay.moved[idx], lay.sites[idx])
-            o = o.astype(np.int64, copy=True)
-            o[mv] = (o[mv] - lo) * lay.nsites + site[mv] + start
-        return o
+        return self.base[j]
+
+    @staticmethod
+    def _patched(lay: "Layout", idx, o: np.ndarray, lo: int, start: int) -> np.ndarray:
+        """``o``, with each moved tuple's ``start + (o - lo) * nsites + site``."""
+        mv, site = (lay.moved, lay.sites) if idx is None else (lay.moved[idx], lay.sites[idx])
+        out = o.astype(np.int64)
+        out -= lo
+        out *= lay.nsites
+        out += site
+        out += start
+        np.copyto(out, o, where=~mv)
+        return out
 
 
 class _Origins:
@@ -407,6 +436,15 @@ def shuffle_layout(inp: Layout, t: RelationType, dest: np.ndarray) -> Layout:
     return Layout(s, rows, dest, False, (src,), moved, _moved_origins(inp, src, dest, moved, s))
 
 
+def _carried_origins(inp: Layout, phys: np.ndarray) -> Gathered:
+    """The origins of copies of ``inp``'s tuples ``phys`` that hold their arrays (a
+    pure rekey, an insert_dim): the input's, gathered when read."""
+    got = inp.__dict__.get("_origin_of")
+    if got is None or got.moved_from is not None:
+        return Gathered(inp.origin, (phys,))
+    return Gathered(got.base, got.chain + (phys,))
+
+
 def _moved_origins(inp: Layout, src: np.ndarray, dest: np.ndarray, moved: np.ndarray, s: int):
     """The origins of a move of ``inp``'s tuples ``src`` to ``dest`` (:func:`_moved_origin`);
     a recipe (:class:`Gathered`) when ``inp``'s are one with no moves (a pure rekey's,
@@ -432,7 +470,7 @@ def join_layout(L: Layout, Lt: RelationType, R: Layout, Rt: RelationType, lo, ro
     lp, rp = _local_pairs(L, Lt, R, Rt, lo, ro)
     rest = [d for d in range(Rt.arity) if d not in ro]
     each = lp is rp and len(lp) >= NARROW_FROM and lp is iota(len(lp))  # pair i is tuple i of both sides
-    if each and not rest and out_t.keys is Lt.keys:  # the output's keys are the left's: so are its rows
+    if each and not rest and out_t.same_keys(Lt):  # the output's keys are the left's: so are its rows
         rows = L.rows
     else:
         rows = _join_rows(L.rows, lp, Lt, R.rows, rp, Rt, rest, out_t)
@@ -480,7 +518,7 @@ def _alike(L: Layout, Lt: RelationType, R: Layout, Rt: RelationType, lo, ro) -> 
     same sites position by position, each key once (rows ``0 .. n-1``): a 3-D
     multiply's replicas, shuffled onto one grid, found without coding 10^7 tuples."""
     a = Lt.arity
-    if (Lt.keys is not Rt.keys or tuple(lo) != tuple(range(a)) or tuple(ro) != tuple(range(a))
+    if (not Lt.same_keys(Rt) or tuple(lo) != tuple(range(a)) or tuple(ro) != tuple(range(a))
             or L.ntuples != Lt.ntuples or R.ntuples != Rt.ntuples or L.ntuples < NARROW_FROM):
         return False
     rows_alike = (L.rows is R.rows or np.array_equal(L.rows, R.rows))
@@ -559,13 +597,16 @@ def aggregate_layout(inp: Layout, in_t: RelationType, group_by, out_t: RelationT
                      can_be_partial: bool, where: str) -> Layout:
     """One output tuple per (group, site) holding any of the group's tuples."""
     s = inp.nsites
-    g_of_row = out_t.locate(in_t.keys, group_by)
+    g_of_row = group_rows(in_t, group_by, out_t)
     g = g_of_row[inp.rows]
     code = g.astype(np.int64, copy=False) * s
     code += inp.sites
     uniq, out_index = unique_inverse(code, out_t.ntuples * s)
     if inp.partial:  # a group is whole on a site iff all its physical tuples are there
         need = np.bincount(g, minlength=out_t.ntuples)
+        have = np.bincount(out_index, minlength=len(uniq))
+    elif inp.ntuples == in_t.ntuples and _is_iota(inp.rows):  # each key once: all its keys are its tuples
+        need = np.bincount(g_of_row, minlength=out_t.ntuples)
         have = np.bincount(out_index, minlength=len(uniq))
     else:  # ... iff all its keys are there
         need = np.bincount(g_of_row, minlength=out_t.ntuples)
@@ -633,10 +674,8 @@ def expand_layout(inp: Layout, n_in: int, out_rows: np.ndarray, src_rows: np.nda
         rows = out_sorted[np.repeat(starts[inp.rows], c) + offset]
         sites = inp.sites[phys]
     first = None
-    if data == "same":  # the input's arrays, gathered when read
-        got = inp.__dict__.get("_origin_of")
-        origin = Gathered(inp.origin, (phys,)) if got is None or got.moved_from is not None else \
-            Gathered(got.base, got.chain + (phys,))
+    if data == "same":  # the input's arrays
+        origin = _carried_origins(inp, phys)
         if k_each and m and inp.origins_distinct():  # copy 0 of each input tuple is the first of its array
             first = np.arange(0, m * k_each, k_each)
     elif data == "per_input":

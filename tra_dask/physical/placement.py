@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..types import RelationType, normalize_key
+from ..types import RelationType, flat_over, normalize_key
 
 __all__ = ["Placement", "All", "Part", "Grid", "KeySites", "Assign", "affinity_table", "blocked_table", "as_placement"]
 
@@ -90,23 +90,24 @@ class Part(Placement):
                 f"{self!r}: key dim {max(self.dims)} does not exist in a relation of "
                 f"key arity {t.arity}; valid key dims are 0..{t.arity - 1}"
             )
-        return site_function(t.keys[:, list(self.dims)], self.nsites)
+        return site_function(t, self.dims, self.nsites)
 
     def __repr__(self):
         return f"Part({', '.join(map(str, self.dims))})"
 
 
-def site_function(values: np.ndarray, nsites: int) -> np.ndarray:
-    """Site of each row of key values: row-major number over the values' extents,
-    mod ``nsites``."""
-    n, d = values.shape
-    if d == 0 or n == 0:
+def site_function(t: RelationType, dims, nsites: int) -> np.ndarray:
+    """Site of each key of ``t`` by its values on ``dims``: their row-major number
+    over the frontier there, mod ``nsites`` (column by column; over the grid's axes
+    for a grid whose keys are not made)."""
+    n = t.ntuples
+    if not len(dims) or n == 0:
         return np.zeros(n, dtype=np.int64)
-    extents = values.max(axis=0) + 1
-    lin = np.zeros(n, dtype=np.int64)
-    for j in range(d):
-        lin = lin * int(extents[j]) + values[:, j]
-    return lin % nsites
+    f = t.frontier
+    lin = np.zeros((), dtype=np.int64)
+    for d in dims:
+        lin = lin * int(f[d]) + t.key_column(d)
+    return flat_over(lin % nsites, f)
 
 
 @dataclass(frozen=True)
@@ -157,40 +158,48 @@ class Grid(Placement):
                 f"{self!r}: key dim {max(self.dims)} does not exist in a relation of key arity {t.arity}; "
                 f"valid key dims are 0..{t.arity - 1}"
             )
-        return grid_sites(t.keys, self.axes, self.shape, t.frontier)
+        return grid_sites(t, self.axes, self.shape)
 
     def __repr__(self):
         axes = ", ".join("*" if a is None else str(a) for a in self.axes)
         return f"Grid({axes} on {'x'.join(map(str, self.shape))})"
 
 
-def grid_sites(keys: np.ndarray, axes: tuple, shape: tuple, extents=None) -> np.ndarray:
-    """Site of each key on a grid (see :class:`Grid`).  ``extents``: the keys' column
-    maxima + 1 (a type's frontier), when known.  Column by column and in place: the
-    keys of a 3-D multiply are 10^7 rows."""
-    n = len(keys)
+def grid_sites(t: RelationType, axes: tuple, shape: tuple) -> np.ndarray:
+    """Site of each key of ``t`` on a grid (see :class:`Grid`).  Column by column and
+    in place (the keys of a 3-D multiply are 10^7 rows); over the grid's axes, not its
+    keys, for a grid whose keys are not made (:meth:`RelationType.key_column`)."""
+    n = t.ntuples
     if n == 0:
         return np.zeros(0, dtype=np.int64)
+    extents = t.frontier
     driven = [a for a in axes if a is not None]
     spread = None  # the sum of the driven dims, made only for a spread axis
     site = None
     for a, g in zip(axes, shape):
         if a is None:
             if spread is None:
-                spread = np.zeros(n, np.int64)
+                spread = np.zeros((), np.int64)
                 for d in driven:
-                    spread += keys[:, d]
+                    spread = _add(spread, t.key_column(d))
             c = spread % g
         else:
-            v = keys[:, a]
-            c = v.astype(np.int64, copy=False) * g
-            c //= int(v.max()) + 1 if extents is None else int(extents[a])
+            c = t.key_column(a).astype(np.int64) * g
+            c //= int(extents[a])
         if site is None:
             site = c
         else:
             site *= g
-            site += c
-    return np.zeros(n, dtype=np.int64) if site is None else site
+            site = _add(site, c)
+    return np.zeros(n, dtype=np.int64) if site is None else flat_over(np.asarray(site, np.int64), extents)
+
+
+def _add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a + b``, in ``a``'s memory when ``a`` has the shape of the sum."""
+    if a.shape == np.broadcast_shapes(a.shape, b.shape):
+        a += b
+        return a
+    return a + b
 
 
 @dataclass(frozen=True)

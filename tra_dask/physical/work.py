@@ -51,7 +51,7 @@ from ..logical.sources import ClusterSource, FromFunction
 from ..node import toposort
 from ..types import first_of_each, sorting_permutation, unique
 from .demand import child_demand, demand, mask_digest, result_copies
-from .layout import iota
+from .layout import _is_iota, iota
 from .nodes import (Broadcast, ConcatAgg, LocalAggregate, LocalFilter, LocalJoin, LocalMap, PNode, PSource, Shuffle,
                     TileMap)
 
@@ -456,9 +456,12 @@ def _inputs_aggregate(w: NodeWork):
     if not bool((grp >= 0).all()):
         order = order[grp >= 0]
         grp = grp[grp >= 0]
-    by_group = sorting_permutation(grp)
-    members = order if by_group is None else order[by_group]
-    del order, by_group
+    members = None if isinstance(node.kernel, ConcatAgg) else _grid_groups(it, ilay, node.group_by, out_index, ix)
+    if members is None:
+        by_group = sorting_permutation(grp)
+        members = order if by_group is None else order[by_group]
+        del by_group
+    del order
     count = np.bincount(grp, minlength=int(node.layout.ntuples))
     t = w.task_tuple
     if len(t) == len(count) and bool(count.all()):  # every output tuple a task, in order: members as they are
@@ -471,6 +474,21 @@ def _inputs_aggregate(w: NodeWork):
     np.cumsum(n_in, out=ptr[1:])
     at = np.repeat(start[t] - ptr[:-1], n_in) + np.arange(int(ptr[-1]), dtype=np.int64)
     return ptr, np.zeros(int(ptr[-1]), np.int8), members[at]
+
+
+def _grid_groups(it, ilay, group_by, out_index: np.ndarray, ix) -> "np.ndarray | None":
+    """The tuples of a grid held one per key in key order (a 3-D multiply's join),
+    grouped by output in key order within — their group-by dims' values first, the
+    others after: a transpose of the grid, no sort —, where that orders
+    ``out_index`` (each group's sites follow its other dims; checked); else None."""
+    n = ilay.ntuples
+    if not it.is_grid or n != it.ntuples or n < 2 or not _is_iota(ilay.rows):
+        return None
+    f = it.frontier
+    axes = list(group_by) + [d for d in range(len(f)) if d not in group_by]
+    perm = np.arange(n, dtype=ix).reshape(f).transpose(axes).reshape(-1)
+    g = out_index[perm]
+    return perm if bool((g >= 0).all()) and bool(np.all(g[1:] >= g[:-1])) else None
 
 
 _SLOTS_PER_TASK = {PSource: 0, Broadcast: 1, Shuffle: 1, LocalJoin: 2, LocalFilter: 0, LocalMap: 1}

@@ -152,7 +152,7 @@ def _value_sites(x: PNode, dim: int) -> np.ndarray:
     """The site of a physical tuple with each value of key dim ``dim`` (-1: no tuple)."""
     t, lay = x.type, x.layout
     out = np.full(t.frontier[dim], -1, dtype=np.int64)
-    out[t.keys[lay.rows, dim]] = lay.sites
+    out[t.column(dim)[lay.rows]] = lay.sites
     return out
 
 
