@@ -641,7 +641,7 @@ class InsertDim(KeyFn):
         n, a = keys.shape
         c, p = self.count, self.pos
         if p >= a or n <= 1 or c == 1:
-            return np.arange(n * c)
+            return np.arange(n * c, dtype=np.int32 if n * c < 2**31 - 1 else np.int64)
         starts, sizes = _prefix_runs(keys, p)
         s = np.repeat(starts, sizes)
         m = np.repeat(sizes, sizes)

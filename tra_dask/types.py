@@ -393,6 +393,33 @@ def first_of_each(a: np.ndarray) -> np.ndarray:
     return out
 
 
+def first_positions(a: np.ndarray) -> np.ndarray:
+    """Positions of the first occurrence of each distinct value of the ints ``a``,
+    ascending (``first_of_each(a) == arange``): by a table of int32 positions when the
+    values span a compact range, no (n,) int64 temporaries (a layout's 10^7 origins).
+
+    >>> first_positions(np.array([7, 3, 7, 3, 9])).tolist()
+    [0, 1, 4]
+    """
+    a = np.asarray(a).reshape(-1)
+    n = len(a)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    lo = int(a.min())
+    span = int(a.max()) - lo + 1
+    if span > 4 * n + 1024:
+        return np.flatnonzero(first_of_each(a) == np.arange(n))
+    c = a - lo if lo else a
+    ix = np.int32 if n < 2**31 - 1 else np.int64
+    at = np.empty(span, dtype=ix)  # (read only where a value occurs)
+    at[c[::-1]] = np.arange(n - 1, -1, -1, dtype=ix)  # a repeated index keeps the last write: the first
+    seen = np.zeros(span, dtype=bool)
+    seen[c] = True
+    mark = np.zeros(n, dtype=bool)
+    mark[at[seen]] = True
+    return np.flatnonzero(mark)
+
+
 def join_pairs(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """All index pairs ``(i, j)`` with ``left[i] == right[j]`` (rows compared whole).
 
@@ -509,7 +536,8 @@ class RelationType:
         The dtype shared by all chunks.
 
     Instances are immutable and built by the type rules of the logical nodes; user
-    code reads them.  Uniqueness of keys is the caller's job (see
+    code reads them.  A full grid of keys (:meth:`grid`) makes its key array when it
+    is first read.  Uniqueness of keys is the caller's job (see
     :meth:`duplicates`), continuity is a property (:attr:`is_continuous`).
     """
 

@@ -26,7 +26,7 @@ import numpy as np
 from ..node import toposort
 from ..physical import Broadcast, KeyArrayMap, LocalFilter, LocalMap, PNode, PSource, Shuffle, demand
 from ..physical.demand import child_demand, mask_digest
-from ..types import first_of_each
+from ..types import first_of_each, first_positions
 from ..physical.work import first_moves, node_work
 
 __all__ = ["COST_MODELS", "NodeCost", "Cost", "node_cost", "plan_cost", "DeliveredCosts", "brute_force_frontier"]
@@ -146,7 +146,18 @@ def _floats_moved(node: PNode, model: str, need: np.ndarray) -> int:
 def _first_occurrences(values: np.ndarray) -> np.ndarray:
     """Positions of the first occurrence of each distinct value, in increasing order
     (what ``np.unique(values, return_index=True)`` finds, sorted by position)."""
-    return np.flatnonzero(first_of_each(values) == np.arange(len(values)))
+    return first_positions(values)
+
+
+def _bincount(sites: np.ndarray, weights: np.ndarray, minlength: int) -> np.ndarray:
+    """``np.bincount(sites, weights=weights, minlength=minlength)``; a count times the
+    value where ``weights`` is one whole number for all (a read-only view of it: tasks
+    alike), which the sum of its copies is exactly."""
+    if len(weights) and weights.ndim == 1 and weights.strides[0] == 0:
+        v = float(weights[0])
+        if v.is_integer() and abs(v) * len(weights) < 2**53:
+            return np.bincount(sites, minlength=minlength) * v
+    return np.bincount(sites, weights=weights, minlength=minlength)
 
 
 def _bytes_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
@@ -161,7 +172,7 @@ def _bytes_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
             idx = idx[_first_occurrences(lay.origin_at(idx))]
     if len(t.shapes) == 1:  # one chunk size: count arrays per site
         return np.bincount(lay.sites[idx], minlength=lay.nsites) * (int(t.shape_sizes[0]) * t.dtype.itemsize)
-    return np.bincount(lay.sites[idx], weights=chunk_bytes(node, idx), minlength=lay.nsites).astype(np.int64)
+    return _bincount(lay.sites[idx], chunk_bytes(node, idx), lay.nsites).astype(np.int64)
 
 
 def _largest_chunk(node: PNode) -> int:
@@ -208,10 +219,10 @@ def _tasks(w) -> tuple:
     recv = send = None
     if w.kind == "transfer" and len(w.task_tuple):
         f = w.task_floats.astype(np.float64)
-        recv = np.bincount(w.task_site, weights=f, minlength=s)
-        send = np.bincount(w.task_src, weights=f, minlength=s)
-    made = np.bincount(w.task_site, weights=chunk_bytes(node, w.task_tuple), minlength=s)
-    flops = np.bincount(w.task_site, weights=w.task_flops, minlength=s).astype(np.float64)
+        recv = _bincount(w.task_site, f, s)
+        send = _bincount(w.task_src, f, s)
+    made = _bincount(w.task_site, chunk_bytes(node, w.task_tuple), s)
+    flops = _bincount(w.task_site, w.task_flops, s).astype(np.float64)
     return w.ntasks, per_site, recv, send, made, flops
 
 

@@ -13,7 +13,9 @@ partial fold, to be finished by Shuffle + LocalAggregate — the paper's R2-5).
 from; ``moved`` marks the tuples a Broadcast or Shuffle had to transfer; ``origin``
 names the array object each tuple holds — tuples that share one (the copies a pure
 rekey or ``insert_dim`` makes, the outputs of one kernel call) hold the same data, so
-moving two of them to one site moves the bytes once, which is what Dask does.
+moving two of them to one site moves the bytes once, which is what Dask does.  Where
+the origins follow from the input's (a pure rekey's copies, their moves) they are held
+as a recipe over the lineage (:class:`Gathered`) and made when read.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..types import (RelationType, first_of_each, group_rows, join_codes, join_pairs, key_codes, sorting_permutation,
-                     unique, unique_inverse)
+from ..types import (RelationType, first_of_each, first_positions, group_rows, join_codes, join_pairs, key_codes,
+                     sorting_permutation, unique, unique_inverse)
 
 __all__ = ["Gathered", "Layout", "PlacementError"]
 
@@ -116,12 +118,12 @@ class Layout:
         if v is None:
             got = self.__dict__.get("_origin_of")
             if got is not None:  # (a recipe's classes, coded compactly)
-                v = np.flatnonzero(first_of_each(got.codes(self)) == np.arange(self.ntuples))
+                v = first_positions(got.codes(self))
                 v = iota(self.ntuples) if len(v) == self.ntuples else v
             elif self.origins_distinct():
                 v = iota(self.ntuples)
             else:
-                v = np.flatnonzero(first_of_each(self.origin) == np.arange(self.ntuples))
+                v = first_positions(self.origin)
             object.__setattr__(self, "_first_positions", v)
         return v
 
@@ -410,6 +412,8 @@ def _first_copy(inp: Layout, n: int) -> np.ndarray:
     s = inp.nsites
     if inp.ntuples == 0:
         return np.full(n, -1, dtype=np.int64)
+    if inp.ntuples == n and _is_iota(inp.rows):  # one copy per row, in order: tuple r is row r
+        return np.arange(n, dtype=_positions(n))
     if inp.ntuples == n and len(unique(inp.rows, bound=n)) == n:  # one copy per row
         first = np.full(n, -1, dtype=np.int64)
         first[inp.rows] = np.arange(n)
@@ -428,6 +432,10 @@ def shuffle_layout(inp: Layout, t: RelationType, dest: np.ndarray) -> Layout:
         return Layout(s, inp.rows.copy(), d, True, (iota(inp.ntuples),), moved,
                       _moved_origin(inp.origin, d, moved, s))
     rows = iota(t.ntuples)
+    if inp.ntuples == t.ntuples and _is_iota(inp.rows):  # tuple r is row r, once: each is where it is or moves
+        moved = inp.sites != dest
+        return Layout(s, rows, dest, False, (iota(t.ntuples),), moved, _moved_origins(inp, iota(t.ntuples), dest,
+                                                                                     moved, s))
     at_dest = inp.sites == dest[inp.rows]
     src = _first_copy(inp, t.ntuples)
     src[inp.rows[at_dest]] = np.flatnonzero(at_dest)  # a copy already there is used in place
@@ -663,9 +671,11 @@ def expand_layout(inp: Layout, n_in: int, out_rows: np.ndarray, src_rows: np.nda
         # tuple i is output row starts[row] + j, laid out as an (m, k) grid; no
         # per-tuple repeat counts and offsets
         k = k_each = int(counts[0])
-        phys = np.repeat(np.arange(m, dtype=_positions(m * k)), k)
-        rows = out_sorted[(starts[inp.rows][:, None] + np.arange(k)).reshape(-1)]
-        sites = np.repeat(inp.sites, k)
+        ix = _positions(m * k)  # (the dtype the layout holds them in: no narrowing copy)
+        phys = np.repeat(np.arange(m, dtype=ix), k)
+        at = (starts[inp.rows].astype(ix)[:, None] + np.arange(k, dtype=ix)).reshape(-1)
+        rows = at if len(out_sorted) == len(at) and _is_iota(out_sorted) else out_sorted[at]
+        sites = np.repeat(inp.sites.astype(ix, copy=False), k)
     else:
         k_each = 0
         c = counts[inp.rows]

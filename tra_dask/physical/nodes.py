@@ -429,7 +429,8 @@ class KeyArrayMap:
         if isinstance(fn, InsertDim) and t_out.ntuples == t_in.ntuples * fn.count:
             # t_out is the insert_dim of t_in (out_type: keys distinct, so every copy is
             # a key): where each copy lands is arithmetic, no key matrix, no lookup
-            return fn.sorted_rows(t_in.keys), np.repeat(np.arange(t_in.ntuples), fn.count)
+            n = t_in.ntuples
+            return fn.sorted_rows(t_in.keys), np.repeat(np.arange(n, dtype=L._positions(n * fn.count)), fn.count)
         keys, src = fn.apply(t_in.keys)
         return t_out.locate(keys), src
 

@@ -187,10 +187,13 @@ class NodeWork:
         self.kind = kind
         if not len(idx):
             return
-        first_of = first_of_each(code)  # each tuple's group, named by its first tuple's position
-        is_first = first_of == np.arange(len(code))
+        ix = index_dtype(len(code))
+        first_of = _first_of_each(code, ix)  # each tuple's group, named by its first tuple's position
+        is_first = first_of == np.arange(len(code), dtype=ix)
         self.task_tuple = idx[is_first]  # tasks in tuple order
-        self._own("made_by")[idx] = (np.cumsum(is_first) - 1)[first_of]
+        rank = np.cumsum(is_first, dtype=ix)
+        rank -= 1
+        self._own("made_by")[idx] = rank[first_of]
 
     @property
     def ntasks(self) -> int:
@@ -302,6 +305,20 @@ class NodeWork:
     def __repr__(self):
         return (f"<NodeWork {self.node._op}: {len(self.task_tuple)} {self.kind or 'no'} task(s), "
                 f"{int((self.alias >= 0).sum())} alias(es)>")
+
+
+def _first_of_each(a: np.ndarray, ix) -> np.ndarray:
+    """:func:`~tra_dask.types.first_of_each` as positions of type ``ix``, by a table of
+    them when the values span a compact range (a move's 10^7 tuples: no int64 temporaries)."""
+    n = len(a)
+    lo = int(a.min())
+    span = int(a.max()) - lo + 1
+    if span > 4 * n + 1024:
+        return first_of_each(a).astype(ix, copy=False)
+    c = a - lo
+    at = np.empty(span, dtype=ix)  # (read only where a value occurs)
+    at[c[::-1]] = np.arange(n - 1, -1, -1, dtype=ix)  # a repeated index keeps the last write: the first
+    return at[c]
 
 
 def _per_code(code: np.ndarray, value) -> np.ndarray:
@@ -1142,7 +1159,12 @@ def _producer_ids_of(n: PNode, w: NodeWork, base: dict, prod: dict, ix=np.int64)
     of the task that makes it (its own task, or through an alias its input's: ``prod``
     holds its first child's), -1 for data (a scattered or resident chunk) or a tuple
     the plan does not need."""
-    ids = np.full(len(w.made_by), -1, ix)
+    m = len(w.made_by)
+    if m and w.kind in TASK_KINDS and w.ntasks and int(w.made_by.min()) >= 0:
+        return np.add(w.made_by, base[n], dtype=ix)  # every tuple made by a task of its own node (a join's)
+    if m and n.children and int(w.made_by.max()) < 0 and int(w.alias.min()) >= 0:
+        return prod[n.children[0]][w.alias]  # every tuple its input's (a pure rekey's copies)
+    ids = np.full(m, -1, ix)
     made = w.made_by >= 0
     if w.kind in TASK_KINDS and w.ntasks:
         ids[made] = np.add(w.made_by[made], base[n], dtype=ix)
