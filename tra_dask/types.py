@@ -367,10 +367,10 @@ def unique_first_inverse(a: np.ndarray, bound: int | None = None):
     return values, first, inverse
 
 
-def first_of_each(a: np.ndarray) -> np.ndarray:
-    """For each position of the ints ``a``, the first position holding the same value:
-    by a table when the values span a range not much larger than ``len(a)`` (fresh
-    ids do), else by a stable sort.
+def first_of_each(a: np.ndarray, dtype=np.int64) -> np.ndarray:
+    """For each position of the ints ``a``, the first position holding the same value
+    (positions of type ``dtype``): by a table when the values span a range not much
+    larger than ``len(a)`` (fresh ids do), else by a stable sort.
 
     >>> first_of_each(np.array([7, 3, 7, 3, 9])).tolist()
     [0, 1, 0, 1, 4]
@@ -378,19 +378,17 @@ def first_of_each(a: np.ndarray) -> np.ndarray:
     a = np.asarray(a).reshape(-1)
     n = len(a)
     if not n:
-        return np.zeros(0, dtype=np.int64)
-    lo = int(a.min())
-    span = int(a.max()) - lo + 1
-    if span <= 4 * n + 1024:
-        at = np.empty(span, dtype=np.int64)
-        at[a[::-1] - lo] = np.arange(n - 1, -1, -1, dtype=np.int64)  # a repeated index keeps the last write
-        return at[a - lo]
+        return np.zeros(0, dtype=dtype)
+    got = _first_table(a, dtype)
+    if got is not None:
+        c, at = got
+        return at[c]
     order = np.argsort(a, kind="stable")
     v = a[order]
     new = np.r_[True, v[1:] != v[:-1]]
     out = np.empty(n, dtype=np.int64)
     out[order] = order[new][np.cumsum(new) - 1]
-    return out
+    return out.astype(dtype, copy=False)
 
 
 def first_positions(a: np.ndarray) -> np.ndarray:
@@ -403,21 +401,30 @@ def first_positions(a: np.ndarray) -> np.ndarray:
     """
     a = np.asarray(a).reshape(-1)
     n = len(a)
-    if not n:
-        return np.zeros(0, dtype=np.int64)
-    lo = int(a.min())
-    span = int(a.max()) - lo + 1
-    if span > 4 * n + 1024:
+    got = _first_table(a, np.int32 if n < 2**31 - 1 else np.int64) if n else None
+    if got is None:
         return np.flatnonzero(first_of_each(a) == np.arange(n))
-    c = a - lo if lo else a
-    ix = np.int32 if n < 2**31 - 1 else np.int64
-    at = np.empty(span, dtype=ix)  # (read only where a value occurs)
-    at[c[::-1]] = np.arange(n - 1, -1, -1, dtype=ix)  # a repeated index keeps the last write: the first
-    seen = np.zeros(span, dtype=bool)
+    c, at = got
+    seen = np.zeros(len(at), dtype=bool)
     seen[c] = True
     mark = np.zeros(n, dtype=bool)
     mark[at[seen]] = True
     return np.flatnonzero(mark)
+
+
+def _first_table(a: np.ndarray, dtype):
+    """``(a - min, table)`` where ``table[v]`` is the first position (of type ``dtype``)
+    holding ``min + v`` (unset where none does), when ``a``'s values span at most
+    about 4x its length; else None."""
+    n = len(a)
+    lo = int(a.min())
+    span = int(a.max()) - lo + 1
+    if span > 4 * n + 1024:
+        return None
+    c = a - lo if lo else a
+    at = np.empty(span, dtype=dtype)
+    at[c[::-1]] = np.arange(n - 1, -1, -1, dtype=dtype)  # a repeated index keeps the last write: the first
+    return c, at
 
 
 def join_pairs(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -188,7 +188,7 @@ class NodeWork:
         if not len(idx):
             return
         ix = index_dtype(len(code))
-        first_of = _first_of_each(code, ix)  # each tuple's group, named by its first tuple's position
+        first_of = first_of_each(code, ix)  # each tuple's group, named by its first tuple's position
         is_first = first_of == np.arange(len(code), dtype=ix)
         self.task_tuple = idx[is_first]  # tasks in tuple order
         rank = np.cumsum(is_first, dtype=ix)
@@ -305,20 +305,6 @@ class NodeWork:
     def __repr__(self):
         return (f"<NodeWork {self.node._op}: {len(self.task_tuple)} {self.kind or 'no'} task(s), "
                 f"{int((self.alias >= 0).sum())} alias(es)>")
-
-
-def _first_of_each(a: np.ndarray, ix) -> np.ndarray:
-    """:func:`~tra_dask.types.first_of_each` as positions of type ``ix``, by a table of
-    them when the values span a compact range (a move's 10^7 tuples: no int64 temporaries)."""
-    n = len(a)
-    lo = int(a.min())
-    span = int(a.max()) - lo + 1
-    if span > 4 * n + 1024:
-        return first_of_each(a).astype(ix, copy=False)
-    c = a - lo
-    at = np.empty(span, dtype=ix)  # (read only where a value occurs)
-    at[c[::-1]] = np.arange(n - 1, -1, -1, dtype=ix)  # a repeated index keeps the last write: the first
-    return at[c]
 
 
 def _per_code(code: np.ndarray, value) -> np.ndarray:
