@@ -26,7 +26,7 @@ import numpy as np
 from ..node import toposort
 from ..physical import Broadcast, KeyArrayMap, LocalFilter, LocalMap, PNode, PSource, Shuffle, demand
 from ..physical.demand import child_demand, mask_digest
-from ..types import first_of_each, first_positions
+from ..types import first_positions
 from ..physical.work import first_moves, node_work
 
 __all__ = ["COST_MODELS", "NodeCost", "Cost", "node_cost", "plan_cost", "DeliveredCosts", "brute_force_frontier"]
@@ -139,14 +139,8 @@ def _floats_moved(node: PNode, model: str, need: np.ndarray) -> int:
     # one transfer per distinct (source object, destination): copies that share an
     # array (insert_dim, a pure rekey) travel once
     if not lay.origins_distinct():
-        idx = idx[_first_occurrences(lay.origin_at(idx))]
+        idx = idx[first_positions(lay.origin_at(idx))]
     return int(node.type.chunk_sizes[lay.rows[idx]].sum())
-
-
-def _first_occurrences(values: np.ndarray) -> np.ndarray:
-    """Positions of the first occurrence of each distinct value, in increasing order
-    (what ``np.unique(values, return_index=True)`` finds, sorted by position)."""
-    return first_positions(values)
 
 
 def _bincount(sites: np.ndarray, weights: np.ndarray, minlength: int) -> np.ndarray:
@@ -169,7 +163,7 @@ def _bytes_per_site(node: PNode, need: np.ndarray) -> np.ndarray:
     else:
         idx = np.flatnonzero(need)
         if not lay.origins_distinct():
-            idx = idx[_first_occurrences(lay.origin_at(idx))]
+            idx = idx[first_positions(lay.origin_at(idx))]
     if len(t.shapes) == 1:  # one chunk size: count arrays per site
         return np.bincount(lay.sites[idx], minlength=lay.nsites) * (int(t.shape_sizes[0]) * t.dtype.itemsize)
     return _bincount(lay.sites[idx], chunk_bytes(node, idx), lay.nsites).astype(np.int64)
@@ -522,7 +516,7 @@ def _needed_move_arrays(n: PNode, mask: np.ndarray) -> tuple:
     lay = n.layout
     idx = np.flatnonzero(lay.moved & mask)
     if not lay.origins_distinct():
-        idx = idx[_first_occurrences(lay.origin_at(idx))]
+        idx = idx[first_positions(lay.origin_at(idx))]
     return (n.input.layout.origin_at(lay.lineage[0][idx]).astype(np.int64), lay.sites[idx].astype(np.int64),
             lay.origin_at(idx), n.type.chunk_sizes[lay.rows[idx]])
 

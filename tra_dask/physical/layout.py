@@ -202,7 +202,7 @@ class _Origins:
     """``Layout.origin`` where none is held: fresh ids (a layout made without
     origins: ``np.arange(start, start + ntuples)``, made on first read and then held
     — a join's 10^7 ids that nothing may read: a local aggregation of it reads none),
-    or a :class:`Gathered`'s ``base[index]``, made on every read."""
+    or what a :class:`Gathered` recipe makes, made on every read."""
 
     def __get__(self, lay, owner=None):
         if lay is None:

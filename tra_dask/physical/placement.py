@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..types import RelationType, flat_over, normalize_key
+from .layout import _positions  # (sites of a large relation as its layout holds them)
 
 __all__ = ["Placement", "All", "Part", "Grid", "KeySites", "Assign", "affinity_table", "blocked_table", "as_placement"]
 
@@ -107,7 +108,7 @@ def site_function(t: RelationType, dims, nsites: int) -> np.ndarray:
     lin = np.zeros((), dtype=np.int64)
     for d in dims:
         lin = lin * int(f[d]) + t.key_column(d)
-    return flat_over((lin % nsites).astype(_site_dtype(n), copy=False), f)
+    return flat_over((lin % nsites).astype(_positions(n), copy=False), f)
 
 
 @dataclass(frozen=True)
@@ -191,12 +192,7 @@ def grid_sites(t: RelationType, axes: tuple, shape: tuple) -> np.ndarray:
         else:
             site *= g
             site = _add(site, c)
-    return np.zeros(n, dtype=np.int64) if site is None else flat_over(np.asarray(site, _site_dtype(n)), extents)
-
-
-def _site_dtype(n: int):
-    """The sites of ``n`` keys: int32 for a large relation (as its layout holds them), else int64."""
-    return np.int32 if n >= 1 << 16 else np.int64
+    return np.zeros(n, dtype=np.int64) if site is None else flat_over(np.asarray(site, _positions(n)), extents)
 
 
 def _add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
