@@ -786,11 +786,12 @@ class Array:
         cluster gets comes with :meth:`plan`)."""
         return _run.build_local(self, sites=1)[0]
 
-    def to_relation(self, sites: int = 1, memory_limit=None):
+    def to_relation(self, sites: int = 1, memory_limit=None, cluster=None):
         """``(relation, plan)``: the TRA expression with the chunking chosen for
         ``sites`` sites of the default cluster description (``memory_limit``: bytes
-        per site), and its plan."""
-        return _run.build_local(self, sites=sites, memory_limit=memory_limit)
+        per site), or for the sites of ``cluster`` (a :class:`~tra_dask.ClusterSpec`,
+        e.g. ``ClusterSpec.load`` of a calibration), and its plan."""
+        return _run.build_local(self, sites=sites, memory_limit=memory_limit, cluster=cluster)
 
     def plan(self, client=None, sites=None, **kw):
         """The plan :meth:`compute` runs (chunking included; ``plan.explain()``): costed

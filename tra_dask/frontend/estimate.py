@@ -23,6 +23,10 @@ node:
 * any other node runs on as many sites as it has blocks, at the elementwise rate, and
   moves nothing (its inputs are cut alike) — but a slice or gather that re-cuts an
   axis has a task per piece, and its pieces move unless the other axes spread the work;
+* a step that keeps only some of a host's workers busy runs as the time model's
+  :func:`~tra_dask.optimizer.time.busiest` says (a host whose workers run faster
+  while others idle: more workers than cores, or rates measured alone), its busy
+  sites dealt round the hosts;
 * every block product, summed output block, elementwise block and loaded chunk is a
   task (the per-task overhead); the results' way to the client where the call
   gathers them (the time model's :func:`~tra_dask.optimizer.time.gather_seconds`); a block step that does not fit in a site's memory
@@ -48,7 +52,7 @@ import math
 
 import numpy as np
 
-from ..optimizer.time import call_rate, gather_seconds, op_cost
+from ..optimizer.time import busiest, call_rate, gather_seconds, kernel_class, op_cost
 from .chunk_ops import einsum_kernel
 from .einsum import contraction_paths
 from ..logical import piece_table
@@ -99,6 +103,8 @@ class Estimator:
                         and all(isinstance(r, Slice) for r in readers[id(n)])}
         self._piece_counts: dict = {}  # (gather node, block in, block out) -> its pieces
         self._contracts: dict = {}  # a contraction step's (seconds, tasks, footprint, peak) by what it reads
+        self._paces: dict = {}  # (sites busy, kernel class) -> the time model's multiple of a busy site's seconds
+        self._round = None  # the sites in the order a step's busy sites are dealt round the hosts
 
     # -- rates -------------------------------------------------------------------------
     def _elementwise_rate(self, dtype) -> float:
@@ -106,6 +112,28 @@ class Estimator:
         if self.spec.gpu is not None:
             return self.spec.gpu.elementwise * narrow / self.spec.gpu.sharing
         return self.spec.rates["elementwise"] * narrow
+
+    def _pace(self, used: int, cls) -> float:
+        """What a step that keeps ``used`` sites equally busy takes, as a multiple of
+        one busy site's seconds at the spec's rates: the time model's
+        :func:`~tra_dask.optimizer.time.busiest` of that load (``cls``: the kernel
+        class, None for a transfer), the busy sites dealt round the hosts.  1 where no
+        host's workers run faster while others idle; on one shared host of 4 workers
+        on 2 cores, a step on 2 of them runs at the rate alone."""
+        if not self.spec.shared_hosts:
+            return 1.0
+        used = max(1, min(int(used), self.sites))
+        key = (used, cls)
+        got = self._paces.get(key)
+        if got is None:
+            if self._round is None:  # the sites in turn round the hosts: each host's first, then its second ...
+                seen: dict = {}
+                rank = [seen.__setitem__(h, seen.get(h, -1) + 1) or seen[h] for h in self.spec.hosts[:self.sites]]
+                self._round = sorted(range(len(rank)), key=lambda i: (rank[i], i))
+            v = np.zeros(self.spec.sites)
+            v[self._round[:used]] = 1.0
+            got = self._paces[key] = busiest(v, self.spec, cls)
+        return got
 
     # -- the estimate ------------------------------------------------------------------
     def __call__(self, blocks) -> float:
@@ -311,8 +339,8 @@ class Estimator:
         used = min(self.sites, nblocks)
         per_site = math.ceil(nblocks / used) * elems / nblocks
         made = math.ceil(nblocks / used) * math.prod(n.shape) / max(1, math.prod(nb)) * np.dtype(n.dtype).itemsize
-        return per_site * self._op_cost(n) / (self._elementwise_rate(n.dtype) * self.threads) + made / self.fresh, \
-            nblocks
+        return (per_site * self._op_cost(n) / (self._elementwise_rate(n.dtype) * self.threads) + made / self.fresh) \
+            * self._pace(used, "elementwise"), nblocks
 
     def _op_cost(self, n) -> float:
         """What an elementwise node costs per element, in adds (:func:`~tra_dask.optimizer.time.op_cost`;
@@ -434,7 +462,8 @@ class Estimator:
         elems = math.prod(sizes[c] for c in sub)
         nblocks = math.prod(letters[c] for c in sub)
         used = min(self.sites, nblocks)
-        return math.ceil(nblocks / used) * elems / nblocks / (self._elementwise_rate(dtype) * self.threads), nblocks
+        return math.ceil(nblocks / used) * elems / nblocks / (self._elementwise_rate(dtype) * self.threads) \
+            * self._pace(used, "elementwise"), nblocks
 
     def _contract(self, group, out, involved, sizes, letters, itemsize, complex_, dtype) -> tuple[float, int]:
         """One contraction step: its seconds on the best grid of sites found
@@ -475,8 +504,10 @@ class Estimator:
         sub = ",".join(group) + "->" + out
         # (a step of three or more operands runs pairwise, frontend.build: priced at the
         # memory-bound rate, as no single GEMM)
-        rate = call_rate(einsum_kernel(sub) if len(group) <= 2 else None, [tuple(max(1, math.ceil(chunk[pos[c]])) for c in g) for g in group],
+        kernel = einsum_kernel(sub) if len(group) <= 2 else None
+        rate = call_rate(kernel, [tuple(max(1, math.ceil(chunk[pos[c]])) for c in g) for g in group],
                          np.dtype(dtype), self.spec) * self.threads
+        cls = kernel_class(kernel)
         out_blocks = math.prod(b[i] for i in outs)
         out_size = math.prod(sizes[c] for c in out)
         inputs = [(g, math.prod(sizes[c] for c in grp), min(math.prod(b[i] for i in g), self.sites))
@@ -520,8 +551,10 @@ class Estimator:
             if split > 1:  # partial sums folded onto one site of each result chunk (or by a tree)
                 send += out_size * split / grid
             fold, _ = folding(p, grid, split)
-            return (per_site_calls * per_call / rate + (recv + send) * cost_per_float + fold
-                    + per_site_calls * out_chunk / self.fresh)
+            # a busy site's seconds, paced as the time model paces the grid's load (a host's idle
+            # workers leave their share to the busy ones)
+            return ((per_site_calls * per_call / rate + per_site_calls * out_chunk / self.fresh) * self._pace(grid, cls)
+                    + (recv + send) * cost_per_float * self._pace(grid, None) + fold)
 
         largest = max([math.prod(chunk[i] for i in g) for g in ins] + [math.prod(chunk[i] for i in outs)])
 

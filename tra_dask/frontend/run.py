@@ -11,6 +11,7 @@ fixed placement).  This module imports neither the runtime nor calibration.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import threading
 import time
@@ -280,12 +281,20 @@ def plan_chunking(x, target: Target, plan_rel, dask_source, context=()):
     return rel, best.with_stage(Stage("chunking", None, time.perf_counter() - t0, why)), choice
 
 
-def build_local(x, sites: int = 1, memory_limit=None):
+def build_local(x, sites: int = 1, memory_limit=None, cluster=None):
     """``(relation, plan)`` for ``x`` planned in this process for ``sites`` sites of
-    the default :class:`~tra_dask.ClusterSpec` (``memory_limit``: bytes per site)."""
+    the default :class:`~tra_dask.ClusterSpec` (``memory_limit``: bytes per site), or
+    for the sites of ``cluster`` (a ClusterSpec, e.g. one a calibration saved)."""
     refuse_empty(x, "td.Array.to_relation")
-    spec = ClusterSpec(sites=sites) if memory_limit is None else ClusterSpec(sites=sites,
-                                                                             memory_per_site=memory_limit)
+    if cluster is not None:
+        if not isinstance(cluster, ClusterSpec):
+            raise TypeError(f"td.Array.to_relation: cluster must be a td.ClusterSpec, got {type(cluster).__name__}")
+        spec, sites = cluster, cluster.sites
+        if memory_limit is not None:
+            spec = dataclasses.replace(spec, memory_per_site=memory_limit)
+    else:
+        spec = ClusterSpec(sites=sites) if memory_limit is None else ClusterSpec(sites=sites,
+                                                                                 memory_per_site=memory_limit)
     cache: dict = {}
 
     def local_dask(arr, chunks, name):
