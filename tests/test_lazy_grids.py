@@ -191,3 +191,17 @@ def test_sites_and_groups_of_a_grid_are_those_of_its_keys(bases):
         out = T.RelationType.grid(tuple(bases[d] for d in dims), (1,), "float64")
         np.testing.assert_array_equal(T.group_rows(g, dims, out), out.locate(made.keys, dims))
     assert g._keys is None
+
+
+def test_a_grid_with_no_axis_driven_by_a_dim_gives_one_site_per_key():
+    """A ``Grid`` whose axes are all spread puts every key on one site, one site per
+    key, whether or not the keys fill their frontier (the sum of no dims once made a
+    0-d site that the frontier broadcast to 9 sites for 5 keys)."""
+    from tra_dask.physical.placement import Grid
+
+    keys = np.array([[0, 0], [0, 2], [1, 1], [2, 0], [2, 2]])  # not every key below the frontier (3, 3)
+    sparse = T.RelationType(keys, np.zeros(len(keys), np.intp), [(2, 2)], "float64")
+    full = T.RelationType.grid((3, 3), (2, 2), "float64")
+    for t in (sparse, full):
+        for p in (Grid((None,), (5,), 5), Grid((None, None), (2, 2), 4)):
+            np.testing.assert_array_equal(p.sites(t), np.zeros(t.ntuples, np.int64))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["task_name", "stem", "with_token", "data_key", "is_tra_key"]
+__all__ = ["task_name", "stem", "with_token", "data_key", "is_tra_key", "is_data_key"]
 
 _TASK = re.compile(r"^[A-Za-z_]+-\d+-[0-9a-f]{10}$")  # a task name with a submission token (10 hex digits)
 
@@ -48,3 +48,13 @@ def is_tra_key(key) -> bool:
     client)."""
     return (isinstance(key, tuple) and len(key) >= 2 and isinstance(key[0], str)
             and (key[0].startswith("tra-data-") or _TASK.match(key[0]) is not None))
+
+
+def is_data_key(key) -> bool:
+    """Whether a Dask key is a chunk a client sent (:func:`data_key`): data that
+    stays on the cluster between submissions, not a task's result.
+
+    >>> is_data_key(data_key("x", "ab", "tcp://w:1", (0, 1))), is_data_key((task_name("join", 3, "ab12cd34ef"), 0))
+    (True, False)
+    """
+    return isinstance(key, tuple) and len(key) >= 2 and isinstance(key[0], str) and key[0].startswith("tra-data-")

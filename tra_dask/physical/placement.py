@@ -192,7 +192,9 @@ def grid_sites(t: RelationType, axes: tuple, shape: tuple) -> np.ndarray:
         else:
             site *= g
             site = _add(site, c)
-    return np.zeros(n, dtype=np.int64) if site is None else flat_over(np.asarray(site, _positions(n)), extents)
+    if site is None or np.ndim(site) == 0:  # no axis driven by a dim: one site for every key
+        return np.full(n, 0 if site is None else int(site), dtype=np.int64)
+    return flat_over(np.asarray(site, _positions(n)), extents)
 
 
 def _add(a: np.ndarray, b: np.ndarray) -> np.ndarray:

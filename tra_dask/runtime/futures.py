@@ -311,7 +311,8 @@ class RelationFutures(Mapping):
 
     # -- measurements ------------------------------------------------------
     def transfers(self) -> int:
-        """Bytes that moved between workers for this submission, from the workers'
+        """Bytes that moved between workers for this submission (all its outputs:
+        one plan, ``plan.cost.bytes_moved``), from the workers'
         transfer logs: between its start and its end, every transfer of a key to a
         worker where one of this submission's tasks reads that key (its own
         intermediates, its scattered chunks, the cluster-resident inputs it read).
@@ -324,7 +325,9 @@ class RelationFutures(Mapping):
         the recovery's transfers, as the surviving workers logged them.  The logs are
         read under the liveness watch: a worker that stopped answering is removed from
         the cluster, and its log is lost with it, as a lost worker's."""
-        self.wait()
+        outs = [o for o in self._submission.outputs if isinstance(o, RelationFutures)] or [self]
+        for o in outs:  # the outputs of one submission share its plan: its window ends with the last
+            o.wait()
         lows = self._submission.generations or [self.lowered]  # after a recovery: every part that ran
         reads: dict = {}  # worker -> the keys this submission's tasks there read
         for low in lows:
@@ -334,7 +337,7 @@ class RelationFutures(Mapping):
                     mine |= t.dependencies
         reads = {w: keys for w, keys in reads.items() if keys}
         live = set(workers_info(self.client))  # a lost worker's log is lost with it
-        since, until = self._started, self._finished
+        since, until = self._started, max(o._finished for o in outs)
 
         def count(dask_worker, reads=reads, since=since, until=until, asked=time.time()):
             # "middle" is on the worker's own clock; "start"/"stop" are shifted by its

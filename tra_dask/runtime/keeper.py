@@ -12,10 +12,11 @@ a surviving worker that a task not yet run reads.  The recovery takes over the h
 it uses and drops the others (:func:`take`); holds nobody takes are dropped after
 ``tra-dask.recovery-hold`` (dask config, default 60 s).
 
-It puts cluster data back where it was: a copy of a chunk that is not tra_dask's (a
-dask array's block a plan reads where it lives) that a tra_dask task made its worker
-fetch is dropped once no task of that worker still waits for it, the chunk's other
-copies kept (:meth:`TraKeeper.transition`).  Left alone, Dask's Active Memory Manager
+It puts cluster data back where it was: a copy of a chunk that stays on the cluster
+(a dask array's block a plan reads where it lives, or a chunk a client sent, which
+the next submission of the plan finds on the worker it was sent to) that a tra_dask
+task made its worker fetch is dropped once no task of that worker still waits for it,
+the chunk's other copies kept (:meth:`TraKeeper.transition`).  Left alone, Dask's Active Memory Manager
 drops one copy of the two at random every 2 s, the original as often as not: a loop
 over persisted dask arrays then found some of its chunks on other workers at every
 submission, and planned each step again (4 workers, Dask's defaults: 1-11 of 128
@@ -41,7 +42,7 @@ import dask
 from distributed.active_memory_manager import ReduceReplicas
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from ..lowering.keys import is_tra_key
+from ..lowering.keys import is_data_key, is_tra_key
 
 KEEPER = "tra-dask-keeper"
 
@@ -110,8 +111,9 @@ class TraKeeper(SchedulerPlugin):
 
     # -- cluster data read where it lives: the copies tra_dask's tasks fetched, dropped --
     def _note_fetches(self, key) -> None:
-        """``key`` (a tra_dask task) starts on a worker: which of its inputs that are not
-        tra_dask's that worker does not hold (it fetches a copy)."""
+        """``key`` (a tra_dask task) starts on a worker: which of its inputs that stay on
+        the cluster (not a tra_dask task's result: a dask array's block, or a chunk a
+        client sent) that worker does not hold (it fetches a copy)."""
         s = self.scheduler
         ts = s.tasks.get(key) if s is not None else None
         ws = ts.processing_on if ts is not None else None
@@ -119,7 +121,7 @@ class TraKeeper(SchedulerPlugin):
             return
         self.running[key] = ws.address
         for d in ts.dependencies:
-            if not is_tra_key(d.key) and ws not in (d.who_has or ()):
+            if (is_data_key(d.key) or not is_tra_key(d.key)) and ws not in (d.who_has or ()):
                 self.fetched.setdefault(d.key, set()).add(ws.address)
 
     def _drop_fetched(self, key, addr: str) -> None:
