@@ -93,6 +93,22 @@ def test_einsums_over_rechunked_dask_inputs_on_eight_workers(client, rebalance):
     assert recut, "no plan re-cut its inputs' blocks: the test is not testing re-chunked inputs"
 
 
+def _holders_settled(client, keys, limit: float) -> dict:
+    """``{key: holders}`` once every key has one holder, or as it is after ``limit``
+    seconds (each copy a plan fetched is dropped as the last task that read it
+    finishes: a moment for the scheduler)."""
+    import time
+
+    from tra_dask.runtime.cluster import _who_has
+
+    deadline = time.monotonic() + limit
+    while True:
+        who = _who_has(client, keys)
+        if all(len(w) == 1 for w in who.values()) or time.monotonic() > deadline:
+            return who
+        time.sleep(0.05)
+
+
 def test_a_loop_over_dask_inputs_finds_them_where_they_were(client):
     """The copies of dask arrays' blocks that a plan's tasks fetched are dropped once
     read (``runtime.keeper``): a loop of submissions leaves one copy of each block, on
@@ -100,11 +116,8 @@ def test_a_loop_over_dask_inputs_finds_them_where_they_were(client):
     original, and the next submission finds the inputs where its cached plan placed
     them (before, 1-11 of 128 blocks had moved after each step on 4 workers, and each
     step was planned again)."""
-    import time
-
     from distributed import futures_of
 
-    from tra_dask.runtime.cluster import _who_has
     from tra_dask.runtime.submit import _plan_cache
 
     X, Y, _, _ = _inputs(client)
@@ -119,12 +132,7 @@ def test_a_loop_over_dask_inputs_finds_them_where_they_were(client):
         rf = td.submit(td.einsum("ij,jk->ik", X, Y), client=client)
         np.testing.assert_allclose(rf.to_numpy(), want, rtol=1e-12)
         moved += rf.transfers() > 0
-        deadline = time.monotonic() + 0.5
-        while True:  # (each copy is dropped as the last task that read it finishes: a moment for the scheduler)
-            after = _who_has(client, keys)
-            if all(len(w) == 1 for w in after.values()) or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        after = _holders_settled(client, keys, 0.5)
         assert all(len(w) == 1 for w in after.values()), f"run {i}: copies left: {after}"
         stayed += after == before
         hits += i > 0 and cache.hits > was
@@ -208,7 +216,7 @@ def test_reduction_trees_run_where_planned_and_move_what_they_predict(client):
 def _sent_chunks(rf) -> list:
     """The keys of the chunks a submission sent from this process (each names the
     worker it was sent to)."""
-    from tra_dask.lowering.keys import is_data_key  # noqa
+    from tra_dask.lowering.keys import is_data_key
 
     return sorted({k for d in rf.lowered.scatter.values() for k in d if is_data_key(k)}, key=str)
 
@@ -220,10 +228,7 @@ def test_chunks_sent_from_the_client_stay_one_copy_where_they_were_sent(client):
     and Dask's memory manager dropped one of the two at random — the original as often
     as not — so a later submission of the cached plan fetched it back (measured 6-30%
     over the prediction in 2-3 of 12 submissions of an FFNN step on 12 workers)."""
-    import time
-
     from tra_dask.programs import ffnn_sgd_step
-    from tra_dask.runtime.cluster import _who_has
 
     rng = np.random.default_rng(0)
     N, D, H, L = 154, 107, 81, 42
@@ -245,12 +250,7 @@ def test_chunks_sent_from_the_client_stay_one_copy_where_they_were_sent(client):
         moved += got > 0
         sent = _sent_chunks(rf1)
         assert sent, "the plan sent no chunk: the test is not testing them"
-        deadline = time.monotonic() + 1.0
-        while True:  # (each copy is dropped as the last task that read it finishes: a moment for the scheduler)
-            who = _who_has(client, sent)
-            if all(len(w) == 1 for w in who.values()) or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        who = _holders_settled(client, sent, 1.0)
         extra = {k: w for k, w in who.items() if list(w) != [k[1]]}
         assert not extra, f"submission {i}: chunks not (only) on the worker they were sent to: {extra}"
         del rf1, rf2

@@ -26,7 +26,7 @@ node:
 * a step that keeps only some of a host's workers busy runs as the time model's
   :func:`~tra_dask.optimizer.time.busiest` says (a host whose workers run faster
   while others idle: more workers than cores, or rates measured alone), its busy
-  sites dealt round the hosts;
+  sites the first ones, where the plans put fewer blocks than sites;
 * every block product, summed output block, elementwise block and loaded chunk is a
   task (the per-task overhead); the results' way to the client where the call
   gathers them (the time model's :func:`~tra_dask.optimizer.time.gather_seconds`); a block step that does not fit in a site's memory
@@ -104,7 +104,6 @@ class Estimator:
         self._piece_counts: dict = {}  # (gather node, block in, block out) -> its pieces
         self._contracts: dict = {}  # a contraction step's (seconds, tasks, footprint, peak) by what it reads
         self._paces: dict = {}  # (sites busy, kernel class) -> the time model's multiple of a busy site's seconds
-        self._round = None  # the sites in the order a step's busy sites are dealt round the hosts
 
     # -- rates -------------------------------------------------------------------------
     def _elementwise_rate(self, dtype) -> float:
@@ -117,7 +116,9 @@ class Estimator:
         """What a step that keeps ``used`` sites equally busy takes, as a multiple of
         one busy site's seconds at the spec's rates: the time model's
         :func:`~tra_dask.optimizer.time.busiest` of that load (``cls``: the kernel
-        class, None for a transfer), the busy sites dealt round the hosts.  1 where no
+        class, None for a transfer), the busy sites the first ones (a plan puts fewer
+        blocks than sites on the first sites: on several hosts, the first host's
+        workers before the next host's).  1 where no
         host's workers run faster while others idle; on one shared host of 4 workers
         on 2 cores, a step on 2 of them runs at the rate alone."""
         if not self.spec.shared_hosts:
@@ -126,12 +127,8 @@ class Estimator:
         key = (used, cls)
         got = self._paces.get(key)
         if got is None:
-            if self._round is None:  # the sites in turn round the hosts: each host's first, then its second ...
-                seen: dict = {}
-                rank = [seen.__setitem__(h, seen.get(h, -1) + 1) or seen[h] for h in self.spec.hosts[:self.sites]]
-                self._round = sorted(range(len(rank)), key=lambda i: (rank[i], i))
             v = np.zeros(self.spec.sites)
-            v[self._round[:used]] = 1.0
+            v[:used] = 1.0  # the first sites, as the plans' placements of fewer blocks than sites use them
             got = self._paces[key] = busiest(v, self.spec, cls)
         return got
 
@@ -565,8 +562,8 @@ class Estimator:
                 + calls_here * math.prod(chunk[i] for i in outs)
             return (held + 2 * largest) * itemsize
 
-        def greedy(score):  # from one site, double the index that lowers score(p, grid) the most
-            p, grid = [1] * len(b), 1
+        def greedy(score, through=False):  # from one site, double the index that lowers score(p, grid) the most
+            p, grid = [1] * len(b), 1  # (through: on past a doubling that lowers nothing, the best visited kept)
             best = score(p, grid)
             visited = [(best, p, grid)]
             while grid * 2 <= self.sites:
@@ -580,13 +577,18 @@ class Estimator:
                             t = score(q, g)
                             if trial is None or t < trial[0]:
                                 trial = (t, q, g)
-                if trial is None or trial[0] >= best:
+                if trial is None or (trial[0] >= best and not through):
                     break
                 best, p, grid = trial
                 visited.append((best, p, grid))
+            if through:
+                best, p, _ = min(visited, key=lambda v: v[0])
             return best, p, visited
 
-        best, p, _ = greedy(seconds)
+        # on a shared host the pace rises where a host's idle workers run out (4 workers of a host
+        # on 4 cores busy, then 8): a grid twice as large may then lower nothing, and one four
+        # times as large halve the seconds
+        best, p, _ = greedy(seconds, through=bool(self.spec.shared_hosts))
         self._peak = peak(p)
         split = math.prod(p[i] for i in contracted)
         grid = math.prod(p)
