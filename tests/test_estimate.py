@@ -527,3 +527,10 @@ def test_the_estimate_of_a_step_on_part_of_a_shared_host_is_the_plans():
     b_ = td.from_region(nodata, (8192, 512), "float64", chunks=(4096, 512))
     planned = run.build_local(a_ @ b_, cluster=spec)[1].cost.seconds
     assert est == pytest.approx(planned, rel=0.10), (est, planned)
+
+
+def test_planning_on_a_given_spec_refuses_another_number_of_sites():
+    """``to_relation(cluster=spec)`` plans on the spec's sites; a different ``sites``
+    is refused, naming both."""
+    with pytest.raises(ValueError, match="sites=3 but the cluster has 4 sites"):
+        (arr(64, 64) @ arr(64, 64)).to_relation(sites=3, cluster=_shared_host(4, 2))

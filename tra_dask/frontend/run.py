@@ -289,6 +289,9 @@ def build_local(x, sites: int = 1, memory_limit=None, cluster=None):
     if cluster is not None:
         if not isinstance(cluster, ClusterSpec):
             raise TypeError(f"td.Array.to_relation: cluster must be a td.ClusterSpec, got {type(cluster).__name__}")
+        if sites not in (1, cluster.sites):
+            raise ValueError(f"td.Array.to_relation: sites={sites} but the cluster has {cluster.sites} sites; "
+                             f"give one of them (or cluster.with_sites({sites}))")
         spec, sites = cluster, cluster.sites
         if memory_limit is not None:
             spec = dataclasses.replace(spec, memory_per_site=memory_limit)

@@ -46,8 +46,8 @@ def data_key(tag: str, content: str, worker: str, tra_key: tuple) -> tuple:
 def is_tra_key(key) -> bool:
     """Whether a Dask key is one of a lowered plan's (a task or a chunk sent from a
     client)."""
-    return (isinstance(key, tuple) and len(key) >= 2 and isinstance(key[0], str)
-            and (key[0].startswith("tra-data-") or _TASK.match(key[0]) is not None))
+    return is_data_key(key) or (isinstance(key, tuple) and len(key) >= 2 and isinstance(key[0], str)
+                                and _TASK.match(key[0]) is not None)
 
 
 def is_data_key(key) -> bool:
